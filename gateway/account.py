@@ -1,0 +1,42 @@
+"""``GET /v1/models``, ``GET /v1/account`` and ``GET /health``."""
+
+from __future__ import annotations
+
+from schemas.api import MODELS, Account, Health
+from schemas.rows import AccountRow
+from stores.context import Context
+
+from .base import BaseHandler
+
+__all__ = ["ModelsHandler", "AccountHandler", "HealthHandler", "account_resource"]
+
+
+async def account_resource(ctx: Context, account: AccountRow) -> Account:
+    """The Account resource with live figures from the ledger snapshot and the queue set."""
+    ledger = await ctx.redis.ledger(account.id)
+    queued = await ctx.redis.queued_count(account.id)
+    return Account(id=account.id, email=account.email, display_name=account.display_name,
+                   created_at=account.created_at,
+                   status="suspended" if account.status == "suspended" else "active",
+                   tier=account.tier,
+                   usage_limit=account.usage(float(ledger["used"]), float(ledger["reserved"])),
+                   models=account.models(queued, int(ledger["processing"])))
+
+
+class ModelsHandler(BaseHandler):
+    async def get(self) -> None:
+        self.send(MODELS)
+
+
+class AccountHandler(BaseHandler):
+    async def get(self) -> None:
+        principal = await self.authenticate()
+        self.send(await account_resource(self.ctx, principal.account))
+
+
+class HealthHandler(BaseHandler):
+    async def get(self) -> None:
+        components = await self.ctx.health()
+        ok = all(c.ok for c in components.values())
+        self.send(Health(status="ok" if ok else "degraded", components=components),
+                  200 if ok else 503)

@@ -1,0 +1,42 @@
+"""Application factories: the public API (``make_app``) and the console (``make_console_app``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import tornado.web
+
+from stores.context import Context
+
+from .account import AccountHandler, HealthHandler, ModelsHandler
+from .base import NotFoundHandler
+from .console import console_routes
+from .jobs import JobService
+from .transcripts import TranscriptHandler, TranscriptsHandler
+
+__all__ = ["make_app", "make_console_app", "api_routes"]
+
+
+def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
+    deps: dict[str, Any] = {"ctx": ctx}
+    jobs = {"ctx": ctx, "jobs": JobService(ctx)}
+    return [
+        (r"/v1/models", ModelsHandler, deps),
+        (r"/v1/account", AccountHandler, deps),
+        (r"/v1/transcripts", TranscriptsHandler, jobs),
+        (r"/v1/transcripts/([^/]+)", TranscriptHandler, jobs),
+        (r"/health", HealthHandler, deps),
+    ]
+
+
+def make_app(ctx: Context, **settings: Any) -> tornado.web.Application:
+    return tornado.web.Application(
+        api_routes(ctx), default_handler_class=NotFoundHandler,
+        default_handler_args={"ctx": ctx}, xheaders=False, compress_response=True,
+        **settings)
+
+
+def make_console_app(ctx: Context, token: str) -> tornado.web.Application:
+    return tornado.web.Application(console_routes(ctx, token),
+                                   default_handler_class=NotFoundHandler,
+                                   default_handler_args={"ctx": ctx})

@@ -1,0 +1,185 @@
+"""Batch ASR benchmark: word error rate and real-time factor on the shared eval set.
+
+``python -m ops.bench_asr [--model base] [--limit N] [--group NAME ...]``
+
+Runs the bare batch path on each real-speech item that has an exact reference:
+decode to PCM, Silero VAD, chunk plan, Whisper. Items whose reference describes
+the audio instead of quoting it ("(2 seconds of silence)", "<beep ascending>")
+are not scored for WER; the words produced on them are counted as a
+hallucination check. ``--limit`` takes items round-robin across groups so a
+small run still covers every source.
+
+WER is pooled over all scored words (errors / reference words) after
+lowercasing and removing punctuation on both sides; a second figure also
+spells numbers 0-999 as words on both sides, since a reference may say "one"
+where Whisper writes "1". RTF is wall time (decode, VAD and recognition) over
+audio duration on this machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import tempfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+
+import jiwer
+
+from pipeline.asr import WhisperEngine, WhisperOptions
+from pipeline.audio import decode_to_pcm, read_pcm
+from pipeline.models import resolve_whisper
+from pipeline.vad import SileroVad, VadOptions, plan_chunks, speech_regions
+
+__all__ = ["main", "plain_words", "spoken_numbers", "select_items"]
+
+DEFAULT_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
+SCORED_QUALITY = ("exact", "similar")
+_PUNCT = re.compile(r"[^a-z0-9' ]+")
+_DESCRIPTION = re.compile(r"^\s*[(<\[].*[)>\]]\s*$")
+_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
+         "fifteen sixteen seventeen eighteen nineteen").split()
+_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
+
+
+def plain_words(text: str) -> str:
+    """Lowercase; hyphens as spaces; other punctuation removed (apostrophes kept)."""
+    return " ".join(_PUNCT.sub(" ", text.lower().replace("-", " ")).split())
+
+
+def _say(n: int) -> str:
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
+    rest = n % 100
+    return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " " + _say(rest))
+
+
+def spoken_numbers(text: str) -> str:
+    """:func:`plain_words`, then whole numbers 0-999 spelled out."""
+    return " ".join(_say(int(w)) if w.isdigit() and int(w) < 1000 else w
+                    for w in plain_words(text).split())
+
+
+@dataclass
+class Result:
+    path: str
+    group: str
+    duration: float
+    seconds: float
+    reference: str | None
+    hypothesis: str
+
+
+def select_items(manifest: dict, groups: list[str], limit: int | None) -> list[dict]:
+    """Real items with an exact reference, optionally filtered, round-robin across groups."""
+    by_group: dict[str, list[dict]] = defaultdict(list)
+    for item in manifest["items"]:
+        if item["kind"] != "real" or item.get("reference_quality") not in SCORED_QUALITY:
+            continue
+        if not item.get("reference_text"):
+            continue
+        group = item["path"].split("/")[1]
+        if groups and not any(g in item["path"] for g in groups):
+            continue
+        by_group[group].append(item)
+    ordered = [i for row in zip_longest(*(sorted(v, key=lambda i: i["path"])
+                                          for _, v in sorted(by_group.items())))
+               for i in row if i is not None]
+    return ordered[:limit] if limit else ordered
+
+
+def run_item(path: Path, engine: WhisperEngine, vad: SileroVad, opts: VadOptions,
+             scratch: Path) -> str:
+    pcm = scratch / "audio.pcm"
+    with pcm.open("wb") as out:
+        decode_to_pcm(path, out)
+    words = []
+    for chunk in plan_chunks(speech_regions(pcm, opts, vad), opts):
+        words += engine.transcribe(read_pcm(pcm, chunk), chunk.start)
+    return " ".join(w.text for w in words)
+
+
+def wer(results: list[Result], norm) -> tuple[float, int]:
+    refs = [norm(r.reference) for r in results]
+    hyps = [norm(r.hypothesis) for r in results]
+    out = jiwer.process_words(refs, hyps)
+    errors = out.substitutions + out.deletions + out.insertions
+    words = sum(len(r.split()) for r in refs)
+    return errors / max(words, 1), words
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench_asr", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", default="base", help="alias (base, tiny.en) or CTranslate2 dir")
+    parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")
+    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "a5s-models")
+    parser.add_argument("--limit", type=int, help="at most N items, round-robin across groups")
+    parser.add_argument("--group", action="append", default=[],
+                        help="only paths containing this (repeatable), e.g. asterisk_16k")
+    parser.add_argument("--beam", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compute-type", default=None)
+    parser.add_argument("--quiet", action="store_true", help="no per-file lines")
+    args = parser.parse_args(argv)
+
+    manifest = json.loads((args.eval / "manifest.json").read_text())
+    items = select_items(manifest, args.group, args.limit)
+    t0 = time.perf_counter()
+    engine = WhisperEngine(resolve_whisper(args.model, args.cache_dir), WhisperOptions(
+        beam_size=args.beam, cpu_threads=args.threads, device=args.device,
+        compute_type=args.compute_type))
+    vad, opts = SileroVad(), VadOptions()
+    print(f"model {engine.name} ({args.model}) loaded in {time.perf_counter() - t0:.1f} s; "
+          f"beam {args.beam}, {args.threads} threads, {args.device}; {len(items)} items")
+
+    results: list[Result] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for item in items:
+            start = time.perf_counter()
+            hyp = run_item(args.eval / item["path"], engine, vad, opts, Path(scratch))
+            ref = item["reference_text"]
+            result = Result(item["path"], item["path"].split("/")[1], item["duration"],
+                            time.perf_counter() - start,
+                            None if _DESCRIPTION.match(ref) else ref, hyp)
+            results.append(result)
+            if not args.quiet:
+                score = (f"wer {jiwer.wer(plain_words(ref), plain_words(hyp) or '<empty>'):6.1%}"
+                         if result.reference else "not scored")
+                print(f"{score}  rtf {result.seconds / result.duration:5.2f}  {item['path']}\n"
+                      f"      ref: {plain_words(ref)}\n      hyp: {hyp}")
+    report(results)
+
+
+def report(results: list[Result]) -> None:
+    scored = [r for r in results if r.reference]
+    described = [r for r in results if not r.reference]
+    audio = sum(r.duration for r in results)
+    wall = sum(r.seconds for r in results)
+    print("\n group            items  audio s   rtf    wer   wer(numbers as words)")
+    for group in sorted({r.group for r in results}):
+        rows = [r for r in results if r.group == group]
+        rs = [r for r in rows if r.reference]
+        w = f"{wer(rs, plain_words)[0]:6.1%}  {wer(rs, spoken_numbers)[0]:6.1%}" if rs else "     -       -"
+        print(f" {group:16s} {len(rows):5d} {sum(r.duration for r in rows):8.1f} "
+              f"{sum(r.seconds for r in rows) / sum(r.duration for r in rows):5.3f} {w}")
+    if scored:
+        plain, words = wer(scored, plain_words)
+        spoken, _ = wer(scored, spoken_numbers)
+        print(f"\nOVERALL: {len(scored)} scored items, {words} reference words: "
+              f"WER {plain:.2%} (lowercase, no punctuation); {spoken:.2%} (numbers as words)")
+    if described:
+        stray = sum(len(r.hypothesis.split()) for r in described)
+        print(f"non-verbal references (silence, beeps): {len(described)} items, {stray} words output")
+    print(f"audio {audio:.1f} s, wall {wall:.1f} s, RTF {wall / max(audio, 1e-9):.3f}")
+
+
+if __name__ == "__main__":
+    main()

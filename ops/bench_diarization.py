@@ -1,0 +1,173 @@
+"""Diarization benchmark: DER, speaker counts and real-time factor on the shared eval set.
+
+``python -m ops.bench_diarization [--eval DIR] [--set field=value ...]``
+
+DER is frame-based at 10 ms with no collar and overlapped speech scored:
+(missed + false alarm + confusion) / reference speech, where the hypothesis speakers
+are mapped one-to-one onto reference speakers to maximise agreement (Hungarian
+assignment). Overall DER pools the frames of all files. RTF is wall time over audio
+duration on this machine; VAD (Silero, ONNX) is reported separately from diarization.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+from scipy.optimize import linear_sum_assignment
+
+from pipeline.diarization import DiarizationOptions, Diarizer, SpeakerEmbedder
+from pipeline.types import SAMPLE_RATE, Region, SpeakerTurn
+
+__all__ = ["main", "der_counts", "read_rttm", "load_audio"]
+
+STEP = 0.01
+"""Scoring frame, s."""
+
+SCORED = [
+    "synthetic/conv01_support_call", "synthetic/conv02_team_meeting", "synthetic/conv03_overlap",
+    "real/pyannote_ami/dev00", "real/pyannote_ami/dev01", "real/pyannote_ami/trn02",
+]
+SINGLE = [
+    "real/whisper/jfk.flac",
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0870.wav",
+    "real/asterisk_16k/demo-congrats.wav", "real/asterisk_16k/priv-callee-options.wav",
+    "real/asterisk_16k/basic-pbx-ivr-main.wav", "real/speechbrain/LJ050-0131.wav",
+    "real/pocketsphinx/goforward.wav",
+]
+
+
+def load_audio(path: Path) -> np.ndarray:
+    """Decode any container to 16 kHz mono float32 with PyAV."""
+    chunks = []
+    with av.open(str(path)) as container:
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        for frame in container.decode(audio=0):
+            chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(frame))
+        chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(None))
+    return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
+
+
+def read_rttm(path: Path) -> list[tuple[str, float, float]]:
+    """(speaker, start, end) of each SPEAKER line."""
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[0] == "SPEAKER":
+            start, dur = float(parts[3]), float(parts[4])
+            out.append((parts[7], start, start + dur))
+    return out
+
+
+def _grid(spans: list[tuple[object, float, float]], frames: int) -> np.ndarray:
+    names = sorted({s for s, _, _ in spans}, key=str)
+    grid = np.zeros((frames, len(names)), dtype=bool)
+    for spk, start, end in spans:
+        grid[int(round(start / STEP)):int(round(end / STEP)), names.index(spk)] = True
+    return grid
+
+
+def der_counts(ref: list[tuple[str, float, float]], hyp: list[SpeakerTurn],
+               duration: float) -> dict[str, float]:
+    """Seconds of reference speech, miss, false alarm and confusion for one file."""
+    frames = int(np.ceil(max([duration] + [e for _, _, e in ref]
+                             + [t.end for t in hyp]) / STEP)) + 1
+    r = _grid(ref, frames)
+    h = _grid([(t.speaker, t.start, t.end) for t in hyp], frames)
+    nr, nh = r.sum(1), h.sum(1)
+    correct = 0
+    if r.shape[1] and h.shape[1]:
+        agree = r.T.astype(np.int64) @ h.astype(np.int64)
+        rows, cols = linear_sum_assignment(-agree)
+        correct = int(agree[rows, cols].sum())
+    both = np.minimum(nr, nh).sum()
+    return {"ref": nr.sum() * STEP, "miss": np.maximum(nr - nh, 0).sum() * STEP,
+            "fa": np.maximum(nh - nr, 0).sum() * STEP, "conf": (both - correct) * STEP}
+
+
+@dataclass
+class _Vad:
+    model: object
+
+    def __call__(self, audio: np.ndarray) -> list[Region]:
+        import torch
+        from silero_vad import get_speech_timestamps
+        stamps = get_speech_timestamps(torch.from_numpy(audio), self.model,
+                                       sampling_rate=SAMPLE_RATE, return_seconds=True)
+        return [Region(float(s["start"]), float(s["end"])) for s in stamps]
+
+
+def _parse_sets(items: list[str]) -> dict[str, str]:
+    out = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        out[key] = value
+    return out
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--eval", type=Path, default=Path(__file__).resolve().parents[2]
+                        / "shared" / "eval", help="evaluation audio folder")
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                        help="override a DiarizationOptions field")
+    args = parser.parse_args(argv)
+    from silero_vad import load_silero_vad
+
+    opts = DiarizationOptions(**_parse_sets(args.set))
+    diarizer = Diarizer(SpeakerEmbedder(), opts)
+    vad = _Vad(load_silero_vad(onnx=True))
+    # Warm up once: a worker keeps its models loaded, so first-call set-up is not counted.
+    diarizer.diarize(np.zeros(3 * SAMPLE_RATE, np.float32), [Region(0.0, 3.0)])
+    print(f"options: {opts.model_dump()}")
+    print(f"{'file':42} {'dur':>6} {'DER%':>6} {'miss%':>6} {'fa%':>6} {'conf%':>6}"
+          f" {'spk':>3} {'ref':>3}")
+    totals = dict.fromkeys(("ref", "miss", "fa", "conf"), 0.0)
+    audio_s = vad_s = diar_s = 0.0
+    right = count = 0
+    rows: list[tuple[str, Path, list | None, int]] = []
+    for stem in SCORED:
+        rttm = args.eval / f"{stem}.rttm"
+        ref = read_rttm(rttm)
+        rows.append((stem, args.eval / f"{stem}.wav", ref, len({s for s, _, _ in ref})))
+    rows += [(name, args.eval / name, None, 1) for name in SINGLE]
+    for name, path, ref, ref_count in rows:
+        audio = load_audio(path)
+        duration = len(audio) / SAMPLE_RATE
+        t0 = time.perf_counter()
+        speech = vad(audio)
+        t1 = time.perf_counter()
+        turns = diarizer.diarize(audio, speech)
+        t2 = time.perf_counter()
+        audio_s, vad_s, diar_s = audio_s + duration, vad_s + t1 - t0, diar_s + t2 - t1
+        found = len({t.speaker for t in turns})
+        right += found == ref_count
+        count += 1
+        label = Path(name).stem if ref is None else name.split("/")[-1]
+        if ref is None:
+            print(f"{label:42} {duration:6.1f} {'':>6} {'':>6} {'':>6} {'':>6} {found:3d}"
+                  f" {ref_count:3d}")
+            continue
+        c = der_counts(ref, turns, duration)
+        for key in totals:
+            totals[key] += c[key]
+        der = (c["miss"] + c["fa"] + c["conf"]) / c["ref"] * 100
+        print(f"{label:42} {duration:6.1f} {der:6.1f} {c['miss'] / c['ref'] * 100:6.1f}"
+              f" {c['fa'] / c['ref'] * 100:6.1f} {c['conf'] / c['ref'] * 100:6.1f}"
+              f" {found:3d} {ref_count:3d}")
+    ref_s = totals["ref"]
+    print(f"overall DER {(totals['miss'] + totals['fa'] + totals['conf']) / ref_s * 100:.1f}%"
+          f" (miss {totals['miss'] / ref_s * 100:.1f}%,"
+          f" false alarm {totals['fa'] / ref_s * 100:.1f}%,"
+          f" confusion {totals['conf'] / ref_s * 100:.1f}%) over {ref_s:.1f} s of reference speech")
+    print(f"speaker count exact: {right}/{count}")
+    print(f"RTF over {audio_s:.1f} s: diarization {diar_s / audio_s:.4f},"
+          f" VAD {vad_s / audio_s:.4f}, together {(diar_s + vad_s) / audio_s:.4f}")
+
+
+if __name__ == "__main__":
+    main()

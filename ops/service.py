@@ -1,0 +1,122 @@
+"""Process entry points: the gateway, the pipeline worker, or both in one process.
+
+The embedded default runs both in one process because chdb allows one process per
+data directory. Distributed deployments run ``a5s gateway`` and ``a5s worker``
+replicas against a ClickHouse server. Either way the order is: clients and
+schema, topics, then serving; Ctrl-C or SIGTERM stops serving, then closes clients.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Any
+
+from schemas.settings import Settings
+from stores.context import Context
+from stores.kafka import ensure_topics
+
+__all__ = ["run", "ensure_default_account", "ROLES"]
+
+log = logging.getLogger("a5s")
+ROLES = {"gateway", "worker"}
+PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize"}
+
+
+async def ensure_default_account(ctx: Context) -> None:
+    """On an empty data directory: one account and one key, printed once."""
+    if not ctx.settings.create_default_account or await ctx.accounts.list():
+        return
+    account = await ctx.accounts.create(email="admin@localhost", display_name="Default account")
+    key, _ = await ctx.accounts.create_key(account.id, "default")
+    banner = (f"\n  a5s: created the default account {account.id}\n"
+              f"  API key (shown once, store it now): {key}\n"
+              f"  try: curl -H 'Authorization: Bearer {key}' {ctx.settings.base_url}/v1/account\n")
+    print(banner, flush=True)
+    keyfile = ctx.settings.data_path / "first-key.txt"
+    keyfile.write_text(key + "\n")
+    keyfile.chmod(0o600)
+
+
+def _start_http(ctx: Context) -> list[Any]:
+    from gateway.app import make_app, make_console_app
+    from gateway.console import console_token
+    s = ctx.settings
+    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=s.max_upload_bytes +
+                                    (1 << 20), idle_connection_timeout=120),
+               make_console_app(ctx, console_token(s)).listen(s.console_port,
+                                                              address="127.0.0.1")]
+    log.info("gateway: API on http://%s:%d, console on 127.0.0.1:%d", s.host, s.port,
+             s.console_port)
+    return servers
+
+
+def run(settings: Settings, roles: set[str]) -> int:
+    logging.basicConfig(level=settings.log_level, stream=sys.stderr,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for noisy in ("aiokafka", "faust", "mode", "kafka"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    settings.data_path.mkdir(parents=True, exist_ok=True)
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    ctx = Context.build(settings)
+    loop.run_until_complete(ensure_topics(settings))
+    loop.run_until_complete(ctx.start())
+    if "gateway" in roles:
+        loop.run_until_complete(ensure_default_account(ctx))
+        _start_http(ctx)
+    pidfile = settings.data_path / "run" / ("service.pid" if roles == ROLES else
+                                            f"{'-'.join(sorted(roles))}.pid")
+    pidfile.parent.mkdir(parents=True, exist_ok=True)
+    pidfile.write_text(str(os.getpid()))
+    try:
+        if "worker" in roles:
+            return _run_worker(settings, ctx, loop)
+        return _run_gateway(loop)
+    finally:
+        with contextlib.suppress(Exception):
+            loop.run_until_complete(ctx.close())
+        with contextlib.suppress(FileNotFoundError):
+            pidfile.unlink()
+
+
+def _run_gateway(loop: asyncio.AbstractEventLoop) -> int:
+    stop = asyncio.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    print("a5s: ready", flush=True)
+    loop.run_until_complete(stop.wait())
+    return 0
+
+
+def _run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoop) -> int:
+    import faust
+
+    from pipeline.app import Pipeline, create_app
+    from pipeline.engines import Engines
+
+    app = create_app(settings)
+    engines = Engines(settings)
+    pipeline = Pipeline(app, ctx, engines)
+    pipeline.register(PIPELINE_AGENTS)
+    threading.Thread(target=engines.warm, name="models-warm", daemon=True).start()
+
+    @app.task
+    async def announce() -> None:
+        print("a5s: ready", flush=True)
+
+    worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True,
+                          redirect_stdouts=False, override_logging=False)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:
+        return int(exc.code or 0)
+    finally:
+        engines.close()
+    return 0

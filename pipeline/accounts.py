@@ -1,0 +1,141 @@
+"""Per-account state and the pure transition function the accounts agent runs.
+
+The accounts agent is the single writer of an account's FIFO queue, processing
+slots and usage ledger. ``apply`` does no I/O: it returns the new state and the
+effects to carry out. Delivery is at-least-once, so a replayed event must be
+harmless: duplicates re-emit their effects (downstream stages are idempotent)
+but never move the ledger twice.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from schemas.records import (AccountEvent, AccountLimits, Admission, Canceled, Dispatch,
+                             DurationKnown, Finished, LimitsChanged, SessionClosed,
+                             SessionOpened, Submitted)
+
+__all__ = ["AccountState", "Running", "Effects", "StateChange", "apply", "RECENT_MAX"]
+
+RECENT_MAX = 4096
+"""How many finished job ids are remembered to recognise replays."""
+
+
+class Running(BaseModel):
+    started_at: datetime
+    reserved: float = 0.0
+    duration: float | None = None
+    admitted: bool | None = None
+
+
+class AccountState(BaseModel):
+    limits: AccountLimits | None = None
+    queue: list[str] = Field(default_factory=list)
+    processing: dict[str, Running] = Field(default_factory=dict)
+    used: float = 0.0
+    recent: list[str] = Field(default_factory=list)
+    """Ids that left the account (finished or canceled), oldest first, bounded."""
+
+    @property
+    def reserved(self) -> float:
+        return sum(r.reserved for r in self.processing.values())
+
+    @property
+    def remaining(self) -> float:
+        limit = self.limits.usage_limit_seconds if self.limits else 0.0
+        return limit - self.used - self.reserved
+
+    def forget(self, transcript_id: str) -> None:
+        if transcript_id not in self.recent:
+            self.recent.append(transcript_id)
+            del self.recent[:-RECENT_MAX]
+
+
+class StateChange(BaseModel):
+    """A transcript state to record in ClickHouse (the store merges it into the row)."""
+
+    transcript_id: str
+    status: str
+    at: datetime
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+class Effects(BaseModel):
+    dispatch: list[Dispatch] = Field(default_factory=list)
+    admissions: list[Admission] = Field(default_factory=list)
+    changes: list[StateChange] = Field(default_factory=list)
+    dequeued: list[str] = Field(default_factory=list)
+    """Ids that left the waiting queue (for the gateway's queue-size set)."""
+    usage_seconds: float = 0.0
+    """Seconds newly counted toward usage by this event."""
+
+
+def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[AccountState,
+                                                                             Effects]:
+    state = state.model_copy(deep=True)
+    fx = Effects()
+    match event:
+        case Submitted():
+            state.limits = event.limits
+            tid = event.transcript_id
+            if tid in state.processing:
+                run = state.processing[tid]
+                fx.dispatch.append(Dispatch(account_id=event.account_id, transcript_id=tid,
+                                            started_at=run.started_at))
+            elif tid not in state.queue and tid not in state.recent:
+                state.queue.append(tid)
+        case Canceled():
+            tid = event.transcript_id
+            if tid in state.queue:
+                state.queue.remove(tid)
+                fx.dequeued.append(tid)
+            state.processing.pop(tid, None)
+            state.forget(tid)
+            fx.changes.append(StateChange(transcript_id=tid, status="deleted", at=event.at))
+        case DurationKnown():
+            tid = event.transcript_id
+            run = state.processing.get(tid)
+            if run is not None:
+                if run.admitted is None:
+                    run.duration = event.duration
+                    run.admitted = event.duration <= state.remaining + 1e-9
+                    run.reserved = event.duration if run.admitted else 0.0
+                fx.admissions.append(Admission(
+                    account_id=event.account_id, transcript_id=tid, admitted=bool(run.admitted),
+                    duration=run.duration or event.duration,
+                    reason="" if run.admitted else
+                    f"The audio lasts {event.duration:.1f} s but only "
+                    f"{max(0.0, state.remaining):.1f} s of usage remain."))
+        case Finished():
+            tid = event.transcript_id
+            run = state.processing.pop(tid, None)
+            if run is not None:
+                if event.status == "completed":
+                    counted = event.duration if event.duration is not None else run.duration
+                    state.used += counted or 0.0
+                    fx.usage_seconds = counted or 0.0
+                state.forget(tid)
+        case LimitsChanged():
+            state.limits = event.limits
+        case SessionOpened():
+            pass
+        case SessionClosed():
+            if event.session_id not in state.recent:
+                state.used += event.billed_ms / 1000.0
+                fx.usage_seconds = event.billed_ms / 1000.0
+                state.forget(event.session_id)
+    _fill_slots(state, event.account_id, now, fx)
+    return state, fx
+
+
+def _fill_slots(state: AccountState, account_id: str, now: datetime, fx: Effects) -> None:
+    slots = state.limits.max_concurrent_jobs if state.limits else 0
+    while state.queue and len(state.processing) < slots:
+        tid = state.queue.pop(0)
+        state.processing[tid] = Running(started_at=now)
+        fx.dequeued.append(tid)
+        fx.dispatch.append(Dispatch(account_id=account_id, transcript_id=tid, started_at=now))
+        fx.changes.append(StateChange(transcript_id=tid, status="processing", at=now))

@@ -1,0 +1,147 @@
+"""The Faust app: agents registered from ``topologies.GRAPH``, around the stage functions.
+
+Agents are thin: decode the record, call the stage, retry what failed for a
+transient reason, and end the job with ``internal_error`` when retries run out.
+Sends go out with ``send_and_wait`` before the source offset is acknowledged,
+so a crash replays the record rather than losing its effects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from typing import Any
+
+import faust
+
+from schemas.errors import JobErrorCode, JobFailed
+from schemas.settings import Settings
+from stores.context import Context
+from stores.transcripts import Transcripts
+from topologies.graph import node
+from topologies.topics import ADMISSIONS, DISPATCH, TopicSpec
+
+from .accounts import AccountState, Effects, apply
+from .engines import Engines
+from .stages import Stages
+
+__all__ = ["create_app", "Pipeline"]
+
+log = logging.getLogger("a5s.pipeline")
+
+
+def create_app(settings: Settings) -> faust.App:
+    """Faust settings tuned for a small broker: group joins in seconds, not 30 s."""
+    return faust.App(
+        settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
+        topic_partitions=settings.partitions,
+        topic_replication_factor=settings.replication_factor,
+        broker_rebalance_timeout=4, broker_session_timeout=10, broker_heartbeat_interval=1,
+        broker_max_poll_interval=3600, broker_commit_every=1, broker_commit_interval=1.0,
+        consumer_auto_offset_reset="earliest", web_enabled=False, autodiscover=False,
+        producer_acks=-1, table_standby_replicas=0, stream_wait_empty=False,
+        key_serializer="raw", value_serializer="raw", logging_config=None)
+
+
+class Pipeline:
+    """Binds one process's ``Context`` and models to the Faust agents of the graph."""
+
+    def __init__(self, app: faust.App, ctx: Context, engines: Engines) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.settings = ctx.settings
+        self.engines = engines
+        self.transcripts = Transcripts(ctx.ch)
+        self._topics: dict[str, Any] = {}
+        self.stages = Stages(ctx, engines, self.publish)
+        self.accounts = app.Table("accounts", default=None, key_type=str, value_type=bytes,
+                                  partitions=self.settings.partitions)
+
+    def topic(self, spec: TopicSpec[Any]) -> Any:
+        name = self.settings.topic_prefix + spec.name
+        if name not in self._topics:
+            self._topics[name] = self.app.topic(name, key_type=bytes, value_type=bytes,
+                                                partitions=spec.partitions or
+                                                self.settings.partitions)
+        return self._topics[name]
+
+    async def publish(self, spec: TopicSpec[Any], key: str, value: Any) -> None:
+        await self.app.producer.send_and_wait(self.settings.topic_prefix + spec.name,
+                                              key.encode(), spec.encode(value), None, None,
+                                              None)
+
+    def register(self, names: set[str]) -> None:
+        handlers: dict[str, Callable[[Any], Awaitable[None]]] = {
+            "decode": self.stages.decode, "chunk": self.stages.chunk,
+            "transcribe": self.stages.transcribe, "diarize": self.stages.diarize,
+            "finalize": self.stages.finalize,
+        }
+        if "accounts" in names:
+            self._agent("accounts", self.on_account_event, retries=None)
+        for name, handler in handlers.items():
+            if name in names:
+                self._agent(name, handler, retries=None if name == "finalize" else
+                            self.settings.stage_retries)
+
+    def _agent(self, name: str, handler: Callable[[Any], Awaitable[None]],
+               retries: int | None) -> None:
+        spec = node(name).reads[0]
+
+        async def agent(stream: Any) -> None:
+            async for raw in stream:
+                record = spec.decode(raw)
+                await self._run(name, handler, record, retries)
+
+        agent.__name__ = agent.__qualname__ = name
+        self.app.agent(self.topic(spec), name=f"a5s.{name}")(agent)
+
+    async def _run(self, name: str, handler: Callable[[Any], Awaitable[None]], record: Any,
+                   retries: int | None) -> None:
+        attempt = 0
+        while True:
+            try:
+                await handler(record)
+                return
+            except JobFailed as exc:
+                log.info("%s %s: %s", name, getattr(record, "transcript_id", "?"), exc)
+                await self.stages.fail(record.account_id, record.transcript_id, exc.code,
+                                       exc.message)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # any other failure: retried, then internal_error
+                attempt += 1
+                log.warning("%s failed (attempt %d): %r", name, attempt, exc,
+                            exc_info=attempt == 1)
+                if retries is not None and attempt > retries:
+                    await self.stages.fail(record.account_id, record.transcript_id,
+                                           JobErrorCode.internal_error,
+                                           "Processing failed after automatic retries; "
+                                           "resubmit the job.")
+                    return
+                await asyncio.sleep(min(30.0, 0.5 * 2 ** attempt))
+
+    # --- accounts agent -----------------------------------------------------------------------
+
+    async def on_account_event(self, event: Any) -> None:
+        account_id = event.account_id
+        raw = self.accounts.get(account_id)
+        state = AccountState.model_validate_json(raw) if raw else AccountState()
+        new, fx = apply(state, event, datetime.now(UTC))
+        await self._carry_out(fx)
+        self.accounts[account_id] = new.model_dump_json().encode()
+        await self.ctx.redis.set_json({"used": new.used, "reserved": new.reserved,
+                                       "processing": len(new.processing),
+                                       "queued": len(new.queue)}, "ledger", account_id)
+
+    async def _carry_out(self, fx: Effects) -> None:
+        for change in fx.changes:
+            if change.status != "deleted":
+                await self.transcripts.change(change.transcript_id, change.status, change.at)
+        for job in fx.dispatch:
+            await self.ctx.redis.dequeue(job.account_id, job.transcript_id)
+            await self.publish(DISPATCH, job.transcript_id, job)
+        for verdict in fx.admissions:
+            await self.publish(ADMISSIONS, verdict.transcript_id, verdict)

@@ -1,0 +1,123 @@
+"""Whisper through CTranslate2 (faster-whisper): the batch recogniser.
+
+Whisper invents text when it hears none: "You" on silence, "Thank you for
+watching" on a tone, loops of one phrase. The engine decodes each chunk on its
+own (no text carried over from the previous chunk, so one bad chunk cannot seed
+the next), keeps Whisper's own fallbacks (temperature retries on high
+compression ratio or low log-probability, no-speech skipping), and then applies
+its own checks:
+
+* a chunk whose peak is below ``silence_peak_dbfs`` is not decoded at all;
+* a "doubtful" segment (no-speech probability of at least ``doubtful_no_speech``)
+  is dropped when its log-probability or mean word probability is low, and
+  loses its very unlikely words otherwise;
+* a phrase repeated more than ``max_repeats`` times in a row is kept once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..text import collapse_repeats, normalise_words
+from ..types import SAMPLE_RATE, TimedWord
+from .base import map_engine_errors
+
+__all__ = ["WhisperOptions", "WhisperEngine"]
+
+
+class WhisperOptions(BaseModel):
+    """How the Whisper model is loaded and how each chunk is decoded."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    device: str = "cpu"
+    """``cpu``, ``cuda`` or ``auto``."""
+    device_index: int = Field(0, ge=0)
+    """Which GPU, when ``device`` is ``cuda``."""
+    compute_type: str | None = None
+    """CTranslate2 compute type; ``None``: ``int8`` on CPU, ``float16`` on CUDA."""
+    cpu_threads: int = Field(2, ge=0)
+    """Threads per decode on CPU (0: CTranslate2's default)."""
+    beam_size: int = Field(5, ge=1)
+    """Beam width; 1 is greedy (faster, a little less accurate)."""
+    language: str = "en"
+    """Language code forced on the decoder (English-only models ignore it)."""
+    temperatures: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+    """Decoding temperatures tried in turn while a result fails the thresholds below."""
+    compression_ratio_threshold: float = 2.4
+    """Text more compressible (gzip ratio) than this is a repetition loop: retry hotter."""
+    log_prob_threshold: float = -1.0
+    """Mean token log-probability below this: retry hotter."""
+    no_speech_threshold: float = 0.6
+    """With a low log-probability, a no-speech probability above this skips the window."""
+    hallucination_silence_threshold_s: float | None = Field(None, gt=0)
+    """Skip silent gaps longer than this (seconds) around suspected hallucinations; ``None``: off."""
+    doubtful_no_speech: float = Field(0.5, ge=0, le=1)
+    """Segments with at least this no-speech probability get the checks below."""
+    doubtful_log_prob: float = -0.7
+    """A doubtful segment with a lower mean token log-probability is dropped."""
+    doubtful_word_probability: float = Field(0.5, ge=0, le=1)
+    """A doubtful segment with a lower mean word probability is dropped."""
+    min_word_probability: float = Field(0.1, ge=0, le=1)
+    """Words of a doubtful segment below this probability are dropped."""
+    max_repeats: int = Field(4, ge=1)
+    """A word or phrase repeated more often than this in a row is kept once."""
+    silence_peak_dbfs: float = -70.0
+    """Chunks whose loudest sample is below this level (dBFS) are silence: not decoded."""
+
+
+class WhisperEngine:
+    """Whisper model, loaded once; :meth:`transcribe` is called from one worker thread."""
+
+    def __init__(self, model_dir: str | Path, opts: WhisperOptions | None = None) -> None:
+        """Load the CTranslate2 model in ``model_dir`` (see :func:`pipeline.models.resolve_whisper`)."""
+        from faster_whisper import WhisperModel  # slow import; only workers that decode need it
+
+        self.opts = opts = opts or WhisperOptions()
+        model_dir = Path(model_dir)
+        compute_type = opts.compute_type or ("int8" if opts.device == "cpu" else "float16")
+        self.name = f"whisper:{model_dir.name}"
+        with map_engine_errors("ctranslate2"):
+            self._model = WhisperModel(str(model_dir), device=opts.device,
+                                       device_index=opts.device_index, compute_type=compute_type,
+                                       cpu_threads=opts.cpu_threads, local_files_only=True)
+        self._silence_peak = 10 ** (opts.silence_peak_dbfs / 20)
+
+    def transcribe(self, audio: np.ndarray, offset: float) -> list[TimedWord]:
+        """Recognise one chunk (at most 30 s); see :class:`~pipeline.asr.base.AsrEngine`."""
+        audio = np.ascontiguousarray(audio, dtype=np.float32)
+        if audio.size == 0 or float(np.max(np.abs(audio))) < self._silence_peak:
+            return []
+        o = self.opts
+        with map_engine_errors("ctranslate2"):
+            segments, _ = self._model.transcribe(
+                audio, language=o.language, beam_size=o.beam_size, temperature=list(o.temperatures),
+                compression_ratio_threshold=o.compression_ratio_threshold,
+                log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold,
+                condition_on_previous_text=False, word_timestamps=True, vad_filter=False,
+                hallucination_silence_threshold=o.hallucination_silence_threshold_s)
+            segments = list(segments)  # the generator decodes lazily: drain it here
+        length = audio.size / SAMPLE_RATE
+        raw: list[TimedWord] = []
+        for segment in segments:
+            doubtful = segment.no_speech_prob >= o.doubtful_no_speech
+            words = segment.words or []
+            if doubtful and self._implausible(segment.avg_logprob, words):
+                continue
+            for w in words:
+                if doubtful and w.probability < o.min_word_probability:
+                    continue
+                start = min(max(float(w.start), 0.0), length)
+                end = min(max(float(w.end), start), length)
+                raw.append(TimedWord(w.word, round(offset + start, 3), round(offset + end, 3),
+                                     round(float(w.probability), 4)))
+        return collapse_repeats(normalise_words(raw), o.max_repeats)
+
+    def _implausible(self, avg_logprob: float, words: list) -> bool:
+        if avg_logprob < self.opts.doubtful_log_prob:
+            return True
+        mean = sum(w.probability for w in words) / len(words) if words else 0.0
+        return mean < self.opts.doubtful_word_probability

@@ -1,0 +1,115 @@
+"""The models one worker holds, loaded once, and the CPU work the batch stages ask of them.
+
+Model work runs on the named ``models`` thread pool, never on the event loop, so
+Kafka heartbeats and the gateway stay responsive while a file is transcribed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, BinaryIO, Callable, TypeVar
+
+from schemas.records import TranscriptResult
+from schemas.settings import Settings
+
+from .types import Region, TimedWord
+
+__all__ = ["Engines"]
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+class Engines:
+    """Lazily loaded recognisers; ``warm()`` loads them ahead of the first job."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.pool = ThreadPoolExecutor(1, thread_name_prefix="models")
+        self._lock = threading.Lock()
+        self._asr: Any = None
+        self._diarizer: Any = None
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+    # --- models -------------------------------------------------------------------------------
+
+    @property
+    def asr(self) -> Any:
+        with self._lock:
+            if self._asr is None:
+                from .asr.whisper import WhisperEngine, WhisperOptions
+                from .models import resolve_whisper
+                m = self.settings.models
+                path = resolve_whisper(m.whisper, self.settings.data_path / "models")
+                self._asr = WhisperEngine(path, WhisperOptions(
+                    device=m.device, compute_type=m.compute_type, beam_size=m.beam_size,
+                    cpu_threads=m.cpu_threads))
+                log.info("models: whisper %s loaded from %s", m.whisper, path)
+            return self._asr
+
+    @property
+    def diarizer(self) -> Any:
+        with self._lock:
+            if self._diarizer is None:
+                from .diarization import Diarizer, SpeakerEmbedder
+                self._diarizer = Diarizer(SpeakerEmbedder())
+                log.info("models: speaker embeddings loaded")
+            return self._diarizer
+
+    def warm(self) -> None:
+        _ = self.asr, self.diarizer
+
+    # --- work (called on the pool) ----------------------------------------------------------
+
+    def decode(self, src: Path, dst: BinaryIO, max_duration_s: float) -> float:
+        from .audio import decode_to_pcm
+        return decode_to_pcm(src, dst, max_duration_s=max_duration_s)
+
+    def speech(self, pcm: Path) -> tuple[list[Region], list[Region]]:
+        from .vad import VadOptions, plan_chunks, speech_regions
+        opts = VadOptions()
+        regions = speech_regions(pcm, opts)
+        return regions, plan_chunks(regions, opts)
+
+    def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+        from .audio import read_pcm
+        words: list[TimedWord] = []
+        for chunk in chunks:
+            words.extend(self.asr.transcribe(read_pcm(pcm, chunk), chunk.start))
+        return words
+
+    def diarize(self, pcm: Path, speech: list[Region],
+                words: list[TimedWord]) -> TranscriptResult:
+        from .audio import read_pcm
+        from .diarization import assemble
+        turns = self.diarizer.diarize(read_pcm(pcm), speech) if words else []
+        return assemble(words, turns)
+
+    # --- (de)serialising intermediate results -------------------------------------------------
+
+    @staticmethod
+    def dump_regions(regions: list[Region]) -> bytes:
+        return json.dumps([[r.start, r.end] for r in regions]).encode()
+
+    @staticmethod
+    def load_regions(raw: bytes) -> list[Region]:
+        return [Region(s, e) for s, e in json.loads(raw)]
+
+    @staticmethod
+    def dump_words(words: list[TimedWord]) -> bytes:
+        return json.dumps([asdict(w) for w in words]).encode()
+
+    @staticmethod
+    def load_words(raw: bytes) -> list[TimedWord]:
+        return [TimedWord(**w) for w in json.loads(raw)]

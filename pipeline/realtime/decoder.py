@@ -1,0 +1,117 @@
+"""Batched Whisper decoding of short live segments on CTranslate2.
+
+faster-whisper's ``transcribe()`` pads every call to a 30 s window and decodes one audio
+at a time. For live segments of 1-14 s that wastes most of the encoder time, so this
+module calls the CTranslate2 model directly: features of each segment, a window of the
+segment plus trailing zero frames, one batched ``encode`` and one batched ``generate``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import ctranslate2
+import numpy as np
+from faster_whisper import WhisperModel
+from faster_whisper.tokenizer import Tokenizer
+
+from .options import DecodeOptions
+
+__all__ = ["WhisperDecoder", "DecodeInput", "Decoded"]
+
+_FULL_WINDOW = 3000
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeInput:
+    """One audio to decode.
+
+    Attributes:
+        audio: float32 mono 16 kHz, at most ~29 s.
+        prompt: the decoder prompt from :meth:`WhisperDecoder.prompt`; inputs batch
+            together only when their prompts have the same length.
+    """
+
+    audio: np.ndarray
+    prompt: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Decoded:
+    """Punctuated, cased text of one input ('' when judged non-speech)."""
+
+    text: str
+    no_speech_prob: float
+    avg_logprob: float
+
+
+class WhisperDecoder:
+    """A Whisper CTranslate2 model directory, loaded once, decoded in batches.
+
+    Thread-safe: CTranslate2 runs up to ``num_workers`` calls at once, each on
+    ``cpu_threads`` threads.
+
+    Args:
+        model_dir: a CTranslate2 Whisper directory (``model.bin``, ``config.json``,
+            ``tokenizer.json``).
+        compute_type: CTranslate2 compute type; int8 is fastest on AVX2 CPUs.
+        cpu_threads: intra-op threads per call.
+        num_workers: calls that can run concurrently.
+    """
+
+    def __init__(self, model_dir: str | Path, *, compute_type: str = "int8",
+                 cpu_threads: int = 1, num_workers: int = 2) -> None:
+        fw = WhisperModel(str(model_dir), device="cpu", compute_type=compute_type,
+                          cpu_threads=cpu_threads, num_workers=num_workers)
+        self.model_dir = Path(model_dir)
+        self._model: ctranslate2.models.Whisper = fw.model
+        self._features = fw.feature_extractor
+        self._tokenizer = Tokenizer(fw.hf_tokenizer, fw.model.is_multilingual,
+                                    task="transcribe", language="en")
+        self._max_length = fw.max_length
+        self._base_prompt = (*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps)
+
+    def prompt(self, hotwords: str = "") -> tuple[int, ...]:
+        """Decoder prompt, optionally preceded by hotwords as 'previous text'.
+
+        Hotwords are cut to a quarter of the context so they cannot crowd out the output.
+        """
+        if not hotwords:
+            return self._base_prompt
+        tokens = self._tokenizer.encode(" " + hotwords.strip())[: self._max_length // 4]
+        return (self._tokenizer.sot_prev, *tokens, *self._base_prompt)
+
+    def decode(self, inputs: Sequence[DecodeInput], options: DecodeOptions) -> list[Decoded]:
+        """Decode a batch (all prompts must have one length). Blocking; run in a pool."""
+        if not inputs:
+            return []
+        if len({len(i.prompt) for i in inputs}) != 1:
+            raise ValueError("a batch needs prompts of one length")
+        feats = [self._features(i.audio) for i in inputs]
+        longest = max(f.shape[-1] for f in feats)
+        window = min(_FULL_WINDOW, max(options.min_frames, longest + options.trailing_pad_frames))
+        batch = np.zeros((len(feats), feats[0].shape[0], window), dtype=np.float32)
+        for row, f in zip(batch, feats):
+            n = min(window, f.shape[-1])
+            row[:, :n] = f[:, :n]
+        encoded = self._model.encode(ctranslate2.StorageView.from_array(batch))
+        seconds = max(len(i.audio) for i in inputs) / 16000
+        budget = 8 + math.ceil(seconds * options.max_tokens_per_second)
+        max_length = min(self._max_length, len(inputs[0].prompt) + budget)
+        results = self._model.generate(
+            encoded, [list(i.prompt) for i in inputs], beam_size=options.beam_size,
+            max_length=max_length, return_scores=True, return_no_speech_prob=True,
+            suppress_blank=True, suppress_tokens=[-1])
+        out = []
+        for r in results:
+            tokens = r.sequences_ids[0]
+            # CTranslate2 returns the length-normalised score; undo to faster-whisper's average.
+            avg = r.scores[0] * len(tokens) / (len(tokens) + 1) if r.scores else 0.0
+            silent = (r.no_speech_prob > options.no_speech_threshold
+                      and avg < options.log_prob_threshold)
+            text = "" if silent else self._tokenizer.decode(tokens).strip()
+            out.append(Decoded(text, r.no_speech_prob, avg))
+        return out

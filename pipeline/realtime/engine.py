@@ -1,0 +1,263 @@
+"""Async engine running many live sessions on one worker's models.
+
+Model work never runs on the event loop. VAD (about 0.2 ms per 32 ms of audio) runs on
+a one-thread pool; Whisper decodes run on a small named pool, fed by one scheduler that
+serves every session (the sherpa-onnx ``streaming_server`` pattern):
+
+* finals first (oldest segment first), then speculative finals, then partials;
+* a decode batches requests of several sessions that share model and prompt length;
+* partials are coalesced: a session has at most one partial waiting or running, and it
+  is cut from the newest audio when it starts, so a busy engine simply shows partials
+  less often instead of falling behind.
+
+Usage (one event loop)::
+
+    engine = RealtimeEngine(models, EngineOptions())
+    engine.open("s1", vocabulary)
+    for update in await engine.accept("s1", pcm):   # returns at once; never waits for a decode
+        ...
+    updates = await engine.finish("s1")             # waits for the last final
+    engine.close("s1")
+    await engine.aclose()
+
+``accept`` returns the updates produced since the previous call; :meth:`RealtimeEngine.wait_updates`
+waits for the next ones when no audio is arriving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from schemas.errors import StreamError, StreamErrorCode
+
+from .decoder import Decoded
+from .models import StreamingModels
+from .options import EngineOptions
+from .recognizer import DecodeKind, DecodeRequest, SessionRecognizer, Update
+from .vocabulary import VocabularyTerm
+
+__all__ = ["RealtimeEngine"]
+
+
+@dataclass(eq=False)
+class _Session:
+    id: str
+    recognizer: SessionRecognizer
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    outbox: list[Update] = field(default_factory=list)
+    error: BaseException | None = None
+    in_flight: int = 0
+
+
+class RealtimeEngine:
+    """Schedules the decodes of up to ``max_sessions`` live sessions.
+
+    All methods must be called from one event loop. Sessions are independent; calls for
+    one session are serialised.
+
+    Args:
+        models: the worker's models (loaded once, shared by every session).
+        options: limits, pool sizes and the recognizer options of every session.
+    """
+
+    def __init__(self, models: StreamingModels, options: EngineOptions = EngineOptions()) -> None:
+        self._models = models
+        self._opts = options
+        prefix = options.thread_name_prefix
+        self._vad_pool = ThreadPoolExecutor(1, thread_name_prefix=f"{prefix}-vad")
+        self._decode_pool = ThreadPoolExecutor(options.decode_workers,
+                                               thread_name_prefix=f"{prefix}-decode")
+        self._sessions: dict[str, _Session] = {}
+        self._work = asyncio.Event()
+        self._workers: list[asyncio.Task] = []
+        self._closed = False
+
+    # ---------------------------------------------------------------- sessions
+
+    @property
+    def session_count(self) -> int:
+        return len(self._sessions)
+
+    def open(self, session_id: str, vocabulary: Sequence[VocabularyTerm] = ()) -> None:
+        """Start a session.
+
+        Raises:
+            StreamError: ``a5sv2_unavailable`` (close 1013) when ``max_sessions`` are open.
+            ValueError: the id is already open.
+        """
+        if self._closed:
+            raise StreamError(StreamErrorCode.a5sv2_unavailable, "the recognizer is shutting down")
+        if session_id in self._sessions:
+            raise ValueError(f"session {session_id!r} is already open")
+        if len(self._sessions) >= self._opts.max_sessions:
+            raise StreamError(StreamErrorCode.a5sv2_unavailable, "no streaming capacity left")
+        rec = SessionRecognizer(self._models, vocabulary, self._opts.recognizer)
+        self._sessions[session_id] = _Session(session_id, rec)
+
+    def close(self, session_id: str) -> None:
+        """Forget a session (its running decodes finish and are discarded). Idempotent."""
+        self._sessions.pop(session_id, None)
+
+    async def accept(self, session_id: str, pcm: bytes) -> list[Update]:
+        """Feed audio (16 kHz mono s16le); returns at once with the updates ready so far.
+
+        VAD runs on the engine's VAD thread; decodes are only scheduled, never awaited.
+
+        Raises:
+            StreamError: ``invalid_audio_frame`` for odd-length PCM, or the error of a
+                failed decode (``internal_error``).
+            KeyError: unknown session.
+        """
+        s = self._session(session_id)
+        self._start_workers()
+        async with s.lock:
+            self._raise_if_failed(s)
+            loop = asyncio.get_running_loop()
+            samples, probs = await loop.run_in_executor(self._vad_pool, s.recognizer.detect, pcm)
+            s.outbox += s.recognizer.advance(samples, probs)
+            self._work.set()
+            return self._drain(s)
+
+    async def finish(self, session_id: str) -> list[Update]:
+        """End of audio: settle the open segment and wait for every final.
+
+        Returns:
+            the remaining updates; the last is final and carries the whole transcript.
+        """
+        s = self._session(session_id)
+        self._start_workers()
+        async with s.lock:
+            self._raise_if_failed(s)
+            s.outbox += s.recognizer.end_of_stream()
+            self._work.set()
+            while s.recognizer.finals_outstanding:
+                s.changed.clear()
+                await s.changed.wait()
+                self._raise_if_failed(s)
+            updates = self._drain(s)
+            if not updates or not updates[-1].is_final:
+                updates.append(s.recognizer.closing_update())
+            return updates
+
+    async def wait_updates(self, session_id: str, timeout: float | None = None) -> list[Update]:
+        """Wait until updates are ready (or ``timeout`` s pass) and return them.
+
+        For callers that want results while the client sends no audio; ``accept`` already
+        returns whatever is ready.
+        """
+        s = self._session(session_id)
+        if not s.outbox and s.error is None:
+            s.changed.clear()
+            try:
+                await asyncio.wait_for(s.changed.wait(), timeout)
+            except TimeoutError:
+                pass
+        self._raise_if_failed(s)
+        return self._drain(s)
+
+    async def aclose(self) -> None:
+        """Stop the scheduler and the pools (running decodes are allowed to end)."""
+        self._closed = True
+        for task in self._workers:
+            task.cancel()
+        await asyncio.gather(*self._workers, return_exceptions=True)
+        self._workers.clear()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, self._decode_pool.shutdown)
+        await loop.run_in_executor(None, self._vad_pool.shutdown)
+
+    # --------------------------------------------------------------- scheduler
+
+    def _session(self, session_id: str) -> _Session:
+        try:
+            return self._sessions[session_id]
+        except KeyError:
+            raise KeyError(f"unknown session {session_id!r}") from None
+
+    @staticmethod
+    def _raise_if_failed(s: _Session) -> None:
+        if s.error is not None:
+            raise StreamError(StreamErrorCode.internal_error, "recognition failed") from s.error
+
+    @staticmethod
+    def _drain(s: _Session) -> list[Update]:
+        out, s.outbox = s.outbox, []
+        return out
+
+    def _start_workers(self) -> None:
+        if not self._workers and not self._closed:
+            self._workers = [asyncio.create_task(self._worker(), name=f"{self._opts.thread_name_prefix}-sched-{i}")
+                             for i in range(self._opts.decode_workers)]
+
+    async def _worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            batch = self._pick()
+            if not batch:
+                self._work.clear()
+                await self._work.wait()
+                continue
+            decoder = batch[0][1].decoder
+            inputs = [r.input for _, r in batch]
+            try:
+                decoded, elapsed = await loop.run_in_executor(self._decode_pool, self._decode, decoder, inputs)
+            except Exception as exc:  # delivered to every session in the batch, not swallowed
+                for s, _ in batch:
+                    s.error = exc
+                    s.changed.set()
+                continue
+            for (s, req), result in zip(batch, decoded):
+                s.in_flight -= 1
+                if self._sessions.get(s.id) is not s:
+                    continue                                 # closed meanwhile
+                s.outbox += s.recognizer.complete(req, result, elapsed)
+                s.changed.set()
+            self._work.set()
+
+    def _decode(self, decoder, inputs) -> tuple[list[Decoded], float]:
+        t0 = time.perf_counter()
+        out = decoder.decode(inputs, self._opts.recognizer.decode)
+        return out, time.perf_counter() - t0
+
+    def _pick(self) -> list[tuple[_Session, DecodeRequest]]:
+        """The next batch: highest priority first, filled with compatible requests."""
+        sessions = [s for s in self._sessions.values() if s.error is None]
+        batch: list[tuple[_Session, DecodeRequest]] = []
+        limit = self._opts.max_batch
+
+        def compatible(req: DecodeRequest) -> bool:
+            head = batch[0][1]
+            return req.decoder is head.decoder and len(req.input.prompt) == len(head.input.prompt)
+
+        # Finals, oldest first, then speculative finals: both decide final latency.
+        for kind in (DecodeKind.FINAL, DecodeKind.PREFINAL):
+            for s in sorted(sessions, key=lambda x: x.recognizer.waiting_since(kind)):
+                while len(batch) < limit:
+                    req = s.recognizer.take(kind)
+                    if req is None:
+                        break
+                    if batch and not compatible(req):
+                        s.recognizer.give_back(req)
+                        break
+                    s.in_flight += 1
+                    batch.append((s, req))
+            if batch:
+                return batch
+        # Partials: the session that waited longest first.
+        for s in sorted(sessions, key=lambda x: -x.recognizer.partial_age()):
+            if len(batch) >= limit:
+                break
+            req = s.recognizer.take(DecodeKind.PARTIAL)
+            if req is None:
+                continue
+            if batch and not compatible(req):
+                s.recognizer.give_back(req)
+                continue
+            s.in_flight += 1
+            batch.append((s, req))
+        return batch

@@ -1,0 +1,84 @@
+"""Options of the streaming recognizer and its engine.
+
+Every field carries its unit. Defaults were tuned with ``python -m ops.bench_streaming``
+on a 2-core CPU (5 concurrent sessions must keep up in real time there).
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["VadOptions", "DecodeOptions", "RecognizerOptions", "EngineOptions"]
+
+
+class VadOptions(BaseModel):
+    """Silero VAD endpointing (same rules as ``silero_vad.VADIterator``).
+
+    The end-silence is the main latency knob: a phrase cannot be settled before it has
+    been silent this long. The speculative final decode starts after ``speech_pad_ms``
+    of silence, so with a fast decode the final lands right when the end-silence expires.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    threshold: float = Field(0.5, gt=0, lt=1, description="Speech probability that opens speech.")
+    neg_threshold_offset: float = Field(0.15, ge=0, lt=1, description=(
+        "Silence is a probability below ``threshold - offset`` (hysteresis)."))
+    min_silence_ms: int = Field(300, ge=32, description="End-silence that closes a segment, ms.")
+    speech_pad_ms: int = Field(96, ge=0, description=(
+        "Audio kept before the detected start and after the detected end, ms."))
+
+
+class DecodeOptions(BaseModel):
+    """How one Whisper decode is run.
+
+    The encoder sees the segment plus ``trailing_pad_frames`` of zero features instead of a
+    full 30 s window: encoder time falls ~3x, and the trailing padding keeps Whisper from
+    looping (a window cut right after the speech makes it repeat itself).
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    beam_size: int = Field(1, ge=1, le=10, description="1 = greedy (fastest; WER within noise of beam 5 here).")
+    trailing_pad_frames: int = Field(500, ge=0, le=3000, description=(
+        "Zero feature frames after the audio, 10 ms frames."))
+    min_frames: int = Field(1000, ge=100, le=3000, description="Smallest encoder window, 10 ms frames.")
+    max_tokens_per_second: float = Field(8.0, gt=0, description=(
+        "Token budget per second of audio (plus 8): cuts runaway repetition short."))
+    no_speech_threshold: float = Field(0.6, ge=0, le=1, description=(
+        "A decode is dropped as non-speech when its no-speech probability is above this "
+        "and its average log-probability is below ``log_prob_threshold``."))
+    log_prob_threshold: float = Field(-1.0, description="See ``no_speech_threshold``.")
+
+
+class RecognizerOptions(BaseModel):
+    """Per-session segmentation and partial cadence."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    vad: VadOptions = VadOptions()
+    decode: DecodeOptions = DecodeOptions()
+    first_partial_ms: int = Field(400, ge=0, description=(
+        "Segment audio needed before the first partial decode, ms (counted from the "
+        "padded segment start)."))
+    partial_interval_ms: int = Field(700, ge=100, description=(
+        "Least new audio between two partial decodes of one session, ms; the engine "
+        "stretches this when decodes fall behind."))
+    max_segment_ms: int = Field(14000, ge=2000, le=28000, description=(
+        "A segment longer than this is settled at its quietest point in the last "
+        "``split_search_ms`` (keeps the buffer bounded and the window under 30 s)."))
+    split_search_ms: int = Field(3000, ge=100, description="See ``max_segment_ms``.")
+    preroll_ms: int = Field(500, ge=0, description="Audio kept while idle, for the start padding, ms.")
+
+
+class EngineOptions(BaseModel):
+    """Limits and threading of :class:`~pipeline.realtime.engine.RealtimeEngine`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_sessions: int = Field(5, ge=1, description="Sessions open at once; more are refused.")
+    decode_workers: int = Field(2, ge=1, description=(
+        "Threads of the named decode pool; each runs one batch at a time."))
+    max_batch: int = Field(3, ge=1, description="Decodes run together in one batch.")
+    thread_name_prefix: str = Field("a5s-realtime", description="Names of the engine's threads.")
+    recognizer: RecognizerOptions = RecognizerOptions()

@@ -1,0 +1,448 @@
+"""Per-session streaming recognition: VAD endpointing plus Whisper per segment.
+
+A session's audio is cut into segments by Silero VAD (speech start, then
+``min_silence_ms`` of silence). While a segment is open it is re-decoded now and then
+for *partials*; when it closes it is decoded once more for the *final* text, which is
+appended to the settled transcript. Every :class:`Update` carries the whole transcript
+so far (settled segments plus the current partial), as the streaming protocol wants.
+
+Final latency is cut by a *speculative* decode: as soon as ``speech_pad_ms`` of silence
+follows speech, the segment as it would be closed is decoded; if the silence lasts until
+the segment closes, that result is the final and no decode is left to wait for.
+
+:class:`SessionRecognizer` is a state machine with the model work split out, so that
+:class:`~pipeline.realtime.engine.RealtimeEngine` can run VAD and decodes on its thread
+pools and batch decodes across sessions. Its own :meth:`~SessionRecognizer.accept` and
+:meth:`~SessionRecognizer.finish` run everything inline (blocking) for tests and tools.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum
+import time
+
+import numpy as np
+
+from schemas.errors import StreamError, StreamErrorCode
+
+from .audio_buffer import AudioBuffer
+from .decoder import Decoded, DecodeInput, WhisperDecoder
+from .models import StreamingModels
+from .options import RecognizerOptions
+from .vad import VAD_WINDOW, VadStream
+from .vocabulary import Vocabulary, VocabularyTerm
+
+__all__ = ["Update", "DecodeKind", "DecodeRequest", "SessionRecognizer", "pcm_to_float"]
+
+_SR = 16000
+
+
+@dataclass(frozen=True, slots=True)
+class Update:
+    """One ``transcript`` message.
+
+    Attributes:
+        text: the complete transcript so far, punctuated and cased (replace, not append).
+        is_final: the segment ``segment`` is settled; ``text`` ends with it.
+        segment: index of the segment this update is about (0, 1, ...).
+        start: that segment's start, s from the start of the stream.
+        end: audio covered, s (the segment's end for finals).
+    """
+
+    text: str
+    is_final: bool
+    segment: int
+    start: float
+    end: float
+
+
+class DecodeKind(IntEnum):
+    """Decode purposes, in scheduling priority (lowest value first)."""
+
+    FINAL = 0
+    PREFINAL = 1
+    PARTIAL = 2
+
+
+@dataclass(slots=True, eq=False)
+class DecodeRequest:
+    """One decode a session needs; ``start``/``end`` are absolute sample indices."""
+
+    kind: DecodeKind
+    segment: int
+    start: int
+    end: int
+    decoder: WhisperDecoder
+    input: DecodeInput
+    created: float = field(default_factory=time.monotonic)
+
+
+@dataclass(slots=True)
+class _Segment:
+    index: int
+    start: int
+    probs: deque = field(default_factory=deque)     # (window end sample, probability)
+    temp_end: int = 0                               # silero: first silent window's end
+    silence_seen: float = 0.0                       # monotonic time temp_end was set
+    partial_text: str = ""
+    partial_end: int = -1                           # audio end of the shown partial
+    partial_requested_end: int = -1                 # audio end of the last partial asked
+    partial_in_flight: bool = False
+    partial_previous_end: int = -1                  # restored when a partial is given back
+    prefinal_asked: int = -1                        # end of the last speculative decode asked
+
+
+def pcm_to_float(pcm: bytes) -> np.ndarray:
+    """16-bit little-endian PCM bytes to float32 in [-1, 1].
+
+    Raises:
+        StreamError: ``invalid_audio_frame`` for an odd byte count.
+    """
+    if len(pcm) % 2:
+        raise StreamError(StreamErrorCode.invalid_audio_frame, "audio frames need an even byte count")
+    return np.frombuffer(pcm, dtype="<i2").astype(np.float32) / 32768.0
+
+
+class SessionRecognizer:
+    """Decoder state of one live session.
+
+    Not thread-safe: one caller at a time. The engine calls :meth:`detect` on its VAD
+    thread and everything else on its event loop.
+
+    Args:
+        models: the worker's shared models.
+        vocabulary: custom vocabulary terms (strength 0-12).
+        options: segmentation and partial cadence.
+    """
+
+    def __init__(self, models: StreamingModels, vocabulary: Sequence[VocabularyTerm] = (),
+                 options: RecognizerOptions = RecognizerOptions()) -> None:
+        self._models = models
+        self._opts = options
+        self._vocab = Vocabulary(vocabulary)
+        hot = self._vocab.prompt_text
+        self._prompts = {id(models.partial): models.partial.prompt(hot),
+                         id(models.final): models.final.prompt(hot)}
+        self._vad: VadStream = models.vad.stream()
+        ms = _SR // 1000
+        vad = options.vad
+        self._pad = vad.speech_pad_ms * ms
+        self._min_silence = vad.min_silence_ms * ms
+        self._neg_threshold = max(vad.threshold - vad.neg_threshold_offset, 0.01)
+        self._max_segment = options.max_segment_ms * ms
+        self._split_search = options.split_search_ms * ms
+        self._first_partial = options.first_partial_ms * ms
+        self._partial_interval = options.partial_interval_ms * ms
+        self._buffer = AudioBuffer(self._max_segment + (options.preroll_ms + 3000) * ms)
+        self._pos = 0                       # samples judged by VAD
+        self._segment: _Segment | None = None
+        self._next_index = 0
+        self._settled: list[str] = []
+        self._bounds: dict[int, tuple[int, int]] = {}        # segment -> (start, end)
+        self._final_texts: dict[int, str] = {}                # decoded, not yet settled
+        self._next_settle = 0
+        self._pending_finals: deque[DecodeRequest] = deque()
+        self._finals_in_flight = 0
+        self._awaiting_reuse: dict[int, tuple[int, int]] = {}  # segment -> range of a speculative decode
+        self._reusable: dict[tuple[int, int], str] = {}       # final-model results by range
+        self._last_text = ""
+        self._partial_cost = 0.0
+        self.finished = False
+
+    # ------------------------------------------------------------------ sync API
+
+    def accept(self, pcm: bytes) -> list[Update]:
+        """Take a chunk of 16 kHz s16le PCM; decode inline. Blocking.
+
+        Returns:
+            the updates this chunk caused, oldest first.
+        """
+        samples, probs = self.detect(pcm)
+        updates = self.advance(samples, probs)
+        updates += self._drain_inline(partials=True)
+        return updates
+
+    def finish(self) -> list[Update]:
+        """End of stream: settle the open segment. Blocking.
+
+        Returns:
+            the remaining updates; the last is always final and carries the whole text
+            (when no segment was open, that is a repeat of the last final).
+        """
+        updates = self.end_of_stream()
+        updates += self._drain_inline(partials=False)
+        if not updates or not updates[-1].is_final:
+            updates.append(self.closing_update())
+        return updates
+
+    def _drain_inline(self, partials: bool) -> list[Update]:
+        out: list[Update] = []
+        while True:
+            req = self.take_final() or self.take_prefinal() or (self.take_partial() if partials else None)
+            if req is None:
+                return out
+            decoded = req.decoder.decode([req.input], self._opts.decode)[0]
+            out += self.complete(req, decoded)
+
+    # ------------------------------------------------------------ engine hooks
+
+    def detect(self, pcm: bytes) -> tuple[np.ndarray, np.ndarray]:
+        """Convert PCM and run VAD on it (the only model work done per frame).
+
+        Returns:
+            the float samples and one speech probability per completed 512-sample window.
+        """
+        samples = pcm_to_float(pcm)
+        return samples, self._vad.accept(samples)
+
+    def advance(self, samples: np.ndarray, probs: np.ndarray) -> list[Update]:
+        """Buffer ``samples`` and run endpointing over ``probs`` (cheap; no model work).
+
+        Returns:
+            updates settled without a decode (a speculative result reused as final).
+        """
+        if self.finished:
+            raise RuntimeError("audio after finish")
+        self._buffer.append(samples)
+        updates: list[Update] = []
+        thr = self._opts.vad.threshold
+        for p in probs:
+            self._pos += VAD_WINDOW
+            cur = self._pos
+            seg = self._segment
+            if p >= thr:
+                if seg is None:
+                    seg = self._open(max(0, cur - self._pad - VAD_WINDOW))
+                seg.temp_end = 0
+            if seg is None:
+                continue
+            seg.probs.append((cur, float(p)))
+            if p < self._neg_threshold:
+                if not seg.temp_end:
+                    seg.temp_end = cur
+                    seg.silence_seen = time.monotonic()
+                if cur - seg.temp_end >= self._min_silence:
+                    updates += self._close(seg.temp_end - VAD_WINDOW + self._pad)
+                    continue
+            if cur - seg.start >= self._max_segment:
+                updates += self._close(self._quietest(seg), reopen=True)
+        self._trim()
+        return updates
+
+    def end_of_stream(self) -> list[Update]:
+        """Close the open segment at the end of the audio received."""
+        updates: list[Update] = []
+        if not self.finished and self._segment is not None:
+            updates = self._close(self._buffer.end)
+        self.finished = True
+        return updates
+
+    def closing_update(self) -> Update:
+        """The last message of a stream: the whole settled text, final."""
+        end = self._buffer.end / _SR
+        return Update(self._join(), True, max(self._next_index - 1, 0), end, end)
+
+    @property
+    def finals_outstanding(self) -> bool:
+        """Whether some closed segment is not settled yet."""
+        return self._next_settle < self._next_index - (self._segment is not None)
+
+    def take(self, kind: DecodeKind) -> DecodeRequest | None:
+        """The next request of ``kind`` if one is wanted now (see the ``take_*`` methods)."""
+        if kind is DecodeKind.FINAL:
+            return self.take_final()
+        if kind is DecodeKind.PREFINAL:
+            return self.take_prefinal()
+        return self.take_partial()
+
+    def give_back(self, req: DecodeRequest) -> None:
+        """Undo a ``take`` whose request could not be scheduled now."""
+        if req.kind is DecodeKind.FINAL:
+            self._finals_in_flight -= 1
+            self._pending_finals.appendleft(req)
+            return
+        seg = self._segment
+        if seg is None or seg.index != req.segment:
+            return
+        if req.kind is DecodeKind.PREFINAL:
+            seg.prefinal_asked = -1
+        else:
+            seg.partial_in_flight = False
+            seg.partial_requested_end = seg.partial_previous_end
+
+    def waiting_since(self, kind: DecodeKind) -> float:
+        """Monotonic time the oldest wanted request of ``kind`` became due (inf: none)."""
+        if kind is DecodeKind.FINAL:
+            return self._pending_finals[0].created if self._pending_finals else float("inf")
+        seg = self._segment
+        if kind is DecodeKind.PREFINAL and seg is not None and seg.temp_end:
+            return seg.silence_seen
+        return float("inf")
+
+    def take_final(self) -> DecodeRequest | None:
+        """The oldest final decode still to run, if any."""
+        if not self._pending_finals:
+            return None
+        self._finals_in_flight += 1
+        return self._pending_finals.popleft()
+
+    def take_prefinal(self) -> DecodeRequest | None:
+        """The speculative final decode of the open segment, when its silence has begun."""
+        seg = self._segment
+        if seg is None or not seg.temp_end:
+            return None
+        end = seg.temp_end - VAD_WINDOW + self._pad
+        if end > self._buffer.end or seg.prefinal_asked == end:
+            return None
+        seg.prefinal_asked = end
+        if (seg.start, end) in self._reusable:
+            return None
+        return self._request(DecodeKind.PREFINAL, seg, end, self._models.final)
+
+    def partial_due(self, stretch: float = 1.0) -> bool:
+        """Whether the open segment has grown enough for a new partial.
+
+        Args:
+            stretch: factor on the partial interval (the engine raises it under load).
+        """
+        seg = self._segment
+        if seg is None or seg.partial_in_flight or seg.temp_end:
+            return False
+        end = self._buffer.end
+        if end - seg.start < self._first_partial:
+            return False
+        if seg.partial_requested_end < 0:
+            return True
+        interval = max(self._partial_interval * stretch, 1.5 * self._partial_cost * _SR)
+        return end - seg.partial_requested_end >= interval
+
+    def partial_age(self) -> int:
+        """Samples since the last partial was asked (older first when choosing)."""
+        seg = self._segment
+        if seg is None:
+            return 0
+        return self._buffer.end - max(seg.partial_requested_end, seg.start)
+
+    def take_partial(self, stretch: float = 1.0) -> DecodeRequest | None:
+        """A partial decode of the open segment up to the newest audio, if one is due."""
+        if not self.partial_due(stretch):
+            return None
+        seg = self._segment
+        seg.partial_in_flight = True
+        seg.partial_previous_end = seg.partial_requested_end
+        seg.partial_requested_end = self._buffer.end
+        return self._request(DecodeKind.PARTIAL, seg, self._buffer.end, self._models.partial)
+
+    def complete(self, req: DecodeRequest, decoded: Decoded, elapsed: float = 0.0) -> list[Update]:
+        """Apply a decode result.
+
+        Args:
+            req: the request it answers.
+            decoded: its result.
+            elapsed: wall time of the decode, s (paces this session's partials).
+
+        Returns:
+            the updates it causes (possibly none: stale partials are dropped).
+        """
+        text = self._vocab.correct(decoded.text)
+        if req.decoder is self._models.final:
+            self._reusable[(req.start, req.end)] = text
+        seg = self._segment
+        if req.kind is DecodeKind.FINAL:
+            self._finals_in_flight -= 1
+            self._final_texts[req.segment] = text
+            return self._settle()
+        if req.kind is DecodeKind.PARTIAL:
+            self._partial_cost = elapsed if not self._partial_cost else 0.7 * self._partial_cost + 0.3 * elapsed
+            if seg is not None and seg.index == req.segment:
+                seg.partial_in_flight = False
+        waiting = self._awaiting_reuse.get(req.segment)
+        if waiting == (req.start, req.end):
+            del self._awaiting_reuse[req.segment]
+            self._final_texts[req.segment] = text
+            return self._settle()
+        if seg is None or seg.index != req.segment or req.end <= seg.partial_end:
+            return []
+        seg.partial_text, seg.partial_end = text, req.end
+        return self._emit(False, seg.index, seg.start, req.end)
+
+    # --------------------------------------------------------------- internals
+
+    def _open(self, start: int) -> _Segment:
+        self._segment = _Segment(self._next_index, max(start, self._buffer.start))
+        self._next_index += 1
+        self._reusable.clear()
+        return self._segment
+
+    def _close(self, end: int, reopen: bool = False) -> list[Update]:
+        seg = self._segment
+        end = min(max(end, seg.start + VAD_WINDOW), self._buffer.end)
+        self._bounds[seg.index] = (seg.start, end)
+        self._segment = None
+        updates: list[Update] = []
+        if (seg.start, end) in self._reusable:
+            self._final_texts[seg.index] = self._reusable[(seg.start, end)]
+            updates = self._settle()
+        elif seg.prefinal_asked == end:
+            self._awaiting_reuse[seg.index] = (seg.start, end)   # in flight: its result settles
+        else:
+            self._pending_finals.append(self._request(DecodeKind.FINAL, seg, end, self._models.final))
+        if reopen:
+            nxt = self._open(end)
+            nxt.probs.extend(x for x in seg.probs if x[0] > end)
+        return updates
+
+    def _quietest(self, seg: _Segment) -> int:
+        """Split point of an over-long segment: the least speech-like recent window."""
+        cut_from = self._pos - self._split_search
+        recent = [(p, at) for at, p in seg.probs if at >= cut_from and at > seg.start + self._first_partial]
+        if not recent:
+            return self._pos
+        p, at = min(recent)
+        return at - VAD_WINDOW // 2
+
+    def _request(self, kind: DecodeKind, seg: _Segment, end: int, decoder: WhisperDecoder) -> DecodeRequest:
+        audio = self._buffer.slice(seg.start, end)
+        return DecodeRequest(kind, seg.index, seg.start, end, decoder,
+                             DecodeInput(audio, self._prompts[id(decoder)]))
+
+    def _settle(self) -> list[Update]:
+        updates: list[Update] = []
+        while self._next_settle in self._final_texts:
+            i = self._next_settle
+            text = self._final_texts.pop(i)
+            if text:
+                self._settled.append(text)
+            start, end = self._bounds.pop(i)
+            self._next_settle += 1
+            # A final is sent when it adds text or clears a shown partial.
+            updates += self._emit(True, i, start, end, force=bool(text))
+        seg = self._segment
+        if updates and seg is not None and seg.partial_text:
+            updates += self._emit(False, seg.index, seg.start, seg.partial_end)
+        return updates
+
+    def _emit(self, final: bool, index: int, start: int, end: int, force: bool = False) -> list[Update]:
+        text = self._join(partial=not final)
+        if text == self._last_text and not force:
+            return []
+        self._last_text = text
+        return [Update(text, final, index, start / _SR, end / _SR)]
+
+    def _join(self, partial: bool = False) -> str:
+        parts = list(self._settled)
+        seg = self._segment
+        if partial and seg is not None and seg.partial_text:
+            parts.append(seg.partial_text)
+        return " ".join(parts)
+
+    def _trim(self) -> None:
+        seg = self._segment
+        keep = seg.start if seg is not None else self._buffer.end - self._opts.preroll_ms * (_SR // 1000)
+        self._buffer.drop_before(keep)
+        if seg is not None:
+            while seg.probs and seg.probs[0][0] < self._pos - self._split_search - VAD_WINDOW:
+                seg.probs.popleft()

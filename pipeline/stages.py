@@ -1,0 +1,215 @@
+"""The batch stages: what each agent does with one record.
+
+Every stage is idempotent on redelivery: outputs go to deterministic object keys
+(``jobs/<id>/...``) and downstream records can be replayed. A stage checks the
+cancel flag first, so a canceled job's work is dropped. Spec job errors
+(``JobFailed``) end the job at once; anything else is retried by the agent and
+then ends the job with ``internal_error``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from schemas.api import ASYNC_MODEL, WebhookEvent
+from schemas.errors import JobErrorCode, JobFailed
+from schemas.records import (Admission, ChunkPlan, Chunk, CompletedTranscript, Dispatch,
+                             DurationKnown, Finished, JobOutcome, JobSpec, Transcribed,
+                             TranscriptResult, WebhookDue)
+from schemas.rows import UsageEventRow
+from stores.context import Context
+from stores.objects import ObjectMissing
+from stores.transcripts import Transcripts
+from topologies.topics import (ACCOUNT_EVENTS, CHUNKS, COMPLETED, OUTCOMES, TRANSCRIBED,
+                               WEBHOOKS, TopicSpec)
+
+from .engines import Engines
+from .types import Region
+
+__all__ = ["Stages", "Publish", "job_key", "webhook_id"]
+
+log = logging.getLogger("a5s.pipeline")
+Publish = Callable[[TopicSpec[Any], str, Any], Awaitable[None]]
+
+
+def job_key(transcript_id: str, name: str) -> str:
+    return f"jobs/{transcript_id}/{name}"
+
+
+def webhook_id(transcript_id: str) -> str:
+    """Stable per job: one event per transcript, so retries and replays share the id."""
+    return "msg_" + transcript_id.removeprefix("tr_")
+
+
+class Stages:
+    def __init__(self, ctx: Context, engines: Engines, publish: Publish) -> None:
+        self.ctx = ctx
+        self.engines = engines
+        self.publish = publish
+        self.transcripts = Transcripts(ctx.ch)
+
+    async def canceled(self, transcript_id: str) -> bool:
+        return bool(await self.ctx.redis.get_json("canceled", transcript_id))
+
+    async def fail(self, account_id: str, transcript_id: str, code: JobErrorCode,
+                   message: str) -> None:
+        await self.publish(OUTCOMES, transcript_id, JobOutcome(
+            account_id=account_id, transcript_id=transcript_id, status="error",
+            error_code=str(code), error_message=message))
+
+    # --- decode -------------------------------------------------------------------------------
+
+    async def decode(self, job: Dispatch) -> None:
+        tid = job.transcript_id
+        if await self.canceled(tid):
+            return
+        try:
+            spec = JobSpec.model_validate_json(
+                await self.ctx.objects.get_bytes(job_key(tid, "spec.json")))
+        except ObjectMissing:
+            log.info("decode %s: job spec gone (deleted); dropping", tid)
+            return
+        max_s = float(self.ctx.settings.limits.max_audio_duration_seconds)
+        async with self._source(spec) as src, \
+                self.ctx.objects.writer(job_key(tid, "audio.pcm")) as dst:
+            duration = await self.engines.run(self.engines.decode, src, dst, max_s)
+        log.info("decode %s: %.2f s of audio", tid, duration)
+        await self.publish(ACCOUNT_EVENTS, job.account_id, DurationKnown(
+            account_id=job.account_id, transcript_id=tid, duration=duration))
+
+    @contextlib.asynccontextmanager
+    async def _source(self, spec: JobSpec) -> Any:
+        if spec.file_id is not None:
+            try:
+                async with self.ctx.objects.local_copy(f"uploads/{spec.file_id}") as path:
+                    yield path
+            except ObjectMissing as exc:
+                raise JobFailed(JobErrorCode.file_not_found,
+                                "The uploaded file is missing or expired.") from exc
+            return
+        from .netguard import AddressPolicy, download
+        allow = self.ctx.settings.allow_private_audio_urls
+        policy = AddressPolicy(allow_private=allow, allow_loopback=allow)
+        with tempfile.TemporaryDirectory(prefix="a5s-dl-") as tmp:
+            path = Path(tmp) / "audio"
+            with open(path, "wb") as fh:
+                await download(spec.audio_url or "", fh, policy=policy)
+            yield path
+
+    # --- chunk --------------------------------------------------------------------------------
+
+    async def chunk(self, verdict: Admission) -> None:
+        tid = verdict.transcript_id
+        if await self.canceled(tid):
+            return
+        if not verdict.admitted:
+            raise JobFailed(JobErrorCode.usage_limit_reached, verdict.reason or
+                            "The audio is longer than the remaining usage.")
+        async with self.ctx.objects.local_copy(job_key(tid, "audio.pcm")) as pcm:
+            speech, chunks = await self.engines.run(self.engines.speech, pcm)
+        await self.ctx.objects.put_bytes(job_key(tid, "speech.json"),
+                                         Engines.dump_regions(speech))
+        await self.publish(CHUNKS, tid, ChunkPlan(
+            account_id=verdict.account_id, transcript_id=tid, duration=verdict.duration,
+            chunks=[Chunk(start=c.start, end=c.end) for c in chunks]))
+
+    # --- transcribe ---------------------------------------------------------------------------
+
+    async def transcribe(self, plan: ChunkPlan) -> None:
+        tid = plan.transcript_id
+        if await self.canceled(tid):
+            return
+        chunks = [Region(c.start, c.end) for c in plan.chunks]
+        async with self.ctx.objects.local_copy(job_key(tid, "audio.pcm")) as pcm:
+            words = await self.engines.run(self.engines.transcribe, pcm, chunks)
+        key = job_key(tid, "words.json")
+        await self.ctx.objects.put_bytes(key, Engines.dump_words(words))
+        await self.publish(TRANSCRIBED, tid, Transcribed(
+            account_id=plan.account_id, transcript_id=tid, duration=plan.duration,
+            result_key=key))
+
+    # --- diarize ------------------------------------------------------------------------------
+
+    async def diarize(self, done: Transcribed) -> None:
+        tid = done.transcript_id
+        if await self.canceled(tid):
+            return
+        words = Engines.load_words(await self.ctx.objects.get_bytes(done.result_key))
+        speech = Engines.load_regions(await self.ctx.objects.get_bytes(
+            job_key(tid, "speech.json")))
+        async with self.ctx.objects.local_copy(job_key(tid, "audio.pcm")) as pcm:
+            result = await self.engines.run(self.engines.diarize, pcm, speech, words)
+        key = job_key(tid, "result.json")
+        await self.ctx.objects.put_bytes(key, result.model_dump_json().encode())
+        await self.publish(OUTCOMES, tid, JobOutcome(
+            account_id=done.account_id, transcript_id=tid, status="completed",
+            duration=done.duration, result_key=key))
+
+    # --- finalize -----------------------------------------------------------------------------
+
+    async def finalize(self, outcome: JobOutcome) -> None:
+        """One write of the outcome, usage, slot release, publication, webhook, cleanup."""
+        tid = outcome.transcript_id
+        row = await self.transcripts.get(tid, include_deleted=True)
+        now = datetime.now(UTC)
+        if row is None or row.deleted:
+            await self._cleanup(tid, row.file_id if row else None)
+            return
+        spec_raw = None
+        with contextlib.suppress(ObjectMissing):
+            spec_raw = await self.ctx.objects.get_bytes(job_key(tid, "spec.json"))
+        result: TranscriptResult | None = None
+        if row.status not in ("completed", "error"):
+            if outcome.status == "completed":
+                result = TranscriptResult.model_validate_json(
+                    await self.ctx.objects.get_bytes(outcome.result_key or ""))
+                row = await self.transcripts.change(
+                    tid, "completed", now, audio_duration=outcome.duration) or row
+                await self.transcripts.save_result(row, result)
+            else:
+                row = await self.transcripts.change(
+                    tid, "error", now, error_code=outcome.error_code,
+                    error_message=outcome.error_message) or row
+        await self.transcripts.record_usage(UsageEventRow(
+            event_id=f"{tid}:finished", account_id=row.account_id, key_id=row.key_id,
+            model=ASYNC_MODEL, kind="completed" if row.status == "completed" else "failed",
+            at=row.completed_at or now,
+            audio_seconds=(row.audio_duration or 0.0) if row.status == "completed" else 0.0,
+            transcript_id=tid))
+        await self.publish(ACCOUNT_EVENTS, row.account_id, Finished(
+            account_id=row.account_id, transcript_id=tid,
+            status="completed" if row.status == "completed" else "error",
+            duration=row.audio_duration))
+        summary = row.summary()
+        if result is None and row.status == "completed":
+            result = await self.transcripts.result(tid, row.account_id)
+        await self.publish(COMPLETED, tid, CompletedTranscript(
+            id=tid, account_id=row.account_id, status=summary.status,  # type: ignore[arg-type]
+            created_at=row.created_at, completed_at=row.completed_at or now,
+            audio_duration=row.audio_duration, language_code=row.language_code,
+            model=row.model, metadata=summary.metadata, error_code=row.error_code,
+            **(result.model_dump() if result else {})))
+        if row.webhook_url and spec_raw is not None:
+            await self.publish(WEBHOOKS, tid, WebhookDue(
+                transcript_id=tid, account_id=row.account_id, webhook_id=webhook_id(tid)))
+        await self._cleanup(tid, row.file_id, keep_spec=bool(row.webhook_url))
+
+    async def _cleanup(self, tid: str, file_id: str | None, keep_spec: bool = False) -> None:
+        """Audio copies never outlive their job; the spec stays only for a pending webhook."""
+        for item in await self.ctx.objects.list(f"jobs/{tid}/"):
+            if not (keep_spec and item.key.endswith("spec.json")):
+                await self.ctx.objects.delete(item.key)
+        if file_id:
+            await self.ctx.objects.delete(f"uploads/{file_id}")
+
+    @staticmethod
+    def webhook_event(status: str, transcript_id: str, metadata: dict[str, Any]) -> WebhookEvent:
+        return WebhookEvent(event="transcript.completed" if status == "completed"
+                            else "transcript.failed", id=transcript_id,
+                            status=status, metadata=metadata)  # type: ignore[arg-type]

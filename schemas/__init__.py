@@ -1,0 +1,1 @@
+"""Pydantic models used end to end: API resources, topic records, errors, settings."""

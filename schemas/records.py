@@ -1,0 +1,217 @@
+"""Records that travel on the topics declared in ``topologies``.
+
+Records stay small: audio, job specs and results travel by object-store key.
+Secrets (the webhook auth header value) never go on a topic; they live in Redis
+until delivery ends.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .api import Speaker, Timestamp, Utterance, Word
+
+__all__ = [
+    "Record", "AccountLimits", "JobSpec", "Submitted", "Canceled", "DurationKnown", "Finished",
+    "LimitsChanged", "SessionOpened", "SessionClosed", "AccountEvent", "Dispatch", "Admission",
+    "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "WebhookDue", "CompletedTranscript",
+    "TranscriptResult", "RealtimeAudio", "RealtimeMessage",
+]
+
+
+class Record(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class AccountLimits(Record):
+    """The limits the accounts agent enforces, as set in the console."""
+
+    usage_limit_seconds: float
+    max_concurrent_jobs: int = 5
+    max_queued_jobs: int = 2000
+    max_audio_duration_seconds: int = 36000
+
+
+class JobSpec(Record):
+    """What a job is, written once by the gateway to the object store (``jobs/<id>/spec.json``)."""
+
+    transcript_id: str
+    account_id: str
+    key_id: str
+    created_at: Timestamp
+    audio_url: str | None = None
+    file_id: str | None = None
+    language_code: str = "en"
+    webhook_url: str | None = None
+    webhook_auth_header_name: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+
+
+# --- account events [key: account_id] -> accounts agent -------------------------------------
+
+class Submitted(Record):
+    kind: Literal["submitted"] = "submitted"
+    account_id: str
+    transcript_id: str
+    at: Timestamp
+    limits: AccountLimits
+
+
+class Canceled(Record):
+    kind: Literal["canceled"] = "canceled"
+    account_id: str
+    transcript_id: str
+    at: Timestamp
+
+
+class DurationKnown(Record):
+    kind: Literal["duration_known"] = "duration_known"
+    account_id: str
+    transcript_id: str
+    duration: float
+
+
+class Finished(Record):
+    kind: Literal["finished"] = "finished"
+    account_id: str
+    transcript_id: str
+    status: Literal["completed", "error"]
+    duration: float | None = None
+
+
+class LimitsChanged(Record):
+    kind: Literal["limits_changed"] = "limits_changed"
+    account_id: str
+    limits: AccountLimits
+
+
+class SessionOpened(Record):
+    kind: Literal["session_opened"] = "session_opened"
+    account_id: str
+    session_id: str
+    at: Timestamp
+
+
+class SessionClosed(Record):
+    kind: Literal["session_closed"] = "session_closed"
+    account_id: str
+    session_id: str
+    key_id: str
+    audio_ms: int
+    billed_ms: int
+    at: Timestamp
+
+
+AccountEvent = Annotated[
+    Submitted | Canceled | DurationKnown | Finished | LimitsChanged | SessionOpened | SessionClosed,
+    Field(discriminator="kind"),
+]
+
+
+# --- batch stages [key: transcript_id] --------------------------------------------------------
+
+class Dispatch(Record):
+    """A queued job got a processing slot: decode it."""
+
+    account_id: str
+    transcript_id: str
+    started_at: Timestamp
+
+
+class Admission(Record):
+    """The accounts agent's verdict once the duration is known."""
+
+    account_id: str
+    transcript_id: str
+    admitted: bool
+    duration: float
+    reason: str = ""
+
+
+class Chunk(Record):
+    start: float
+    end: float
+
+
+class ChunkPlan(Record):
+    account_id: str
+    transcript_id: str
+    duration: float
+    chunks: list[Chunk]
+
+
+class Transcribed(Record):
+    account_id: str
+    transcript_id: str
+    duration: float
+    result_key: str
+
+
+class JobOutcome(Record):
+    """The end of a job's processing, successful or not: finalize takes it from here."""
+
+    account_id: str
+    transcript_id: str
+    status: Literal["completed", "error"]
+    duration: float | None = None
+    result_key: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+class WebhookDue(Record):
+    transcript_id: str
+    account_id: str
+    webhook_id: str
+    attempt: int = 0
+    not_before: datetime | None = None
+
+
+class TranscriptResult(BaseModel):
+    """The result fields of a completed transcript, as stored and served."""
+
+    text: str = ""
+    speakers: list[Speaker] = Field(default_factory=list)
+    utterances: list[Utterance] = Field(default_factory=list)
+    words: list[Word] = Field(default_factory=list)
+
+
+class CompletedTranscript(Record):
+    """Public record on ``transcripts.completed`` for data engineers (documented in the README)."""
+
+    id: str
+    account_id: str
+    status: Literal["completed", "error"]
+    created_at: Timestamp
+    completed_at: Timestamp
+    audio_duration: float | None
+    language_code: str
+    model: str
+    metadata: dict[str, Any]
+    text: str | None = None
+    words: list[Word] | None = None
+    utterances: list[Utterance] | None = None
+    speakers: list[Speaker] | None = None
+    error_code: str | None = None
+
+
+# --- realtime [key: session_id] ---------------------------------------------------------------
+
+class RealtimeAudio(Record):
+    session_id: str
+    seq: int
+    gateway_id: str
+    pcm: bytes = b""
+    final: bool = False
+    vocabulary: list[tuple[str, int]] | None = None
+
+
+class RealtimeMessage(Record):
+    session_id: str
+    seq: int
+    type: Literal["transcript", "provider_error"]
+    text: str = ""
+    is_final: bool = False

@@ -1,0 +1,154 @@
+"""Configuration: one frozen ``Settings`` read once by each entry point.
+
+Sources, highest first: keyword arguments, ``A5S_*`` environment variables, the
+TOML file named by ``A5S_CONFIG`` (default ``a5s.toml`` in the working
+directory, if present), then the defaults below. Nested names use ``__`` in the
+environment, e.g. ``A5S_LIMITS__USAGE_LIMIT_SECONDS``.
+
+An empty ``kafka_bootstrap`` / ``clickhouse_url`` / ``redis_url`` means "use the
+embedded service that ``a5s up`` starts under ``data_dir``".
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr
+from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
+                               TomlConfigSettingsSource)
+
+__all__ = ["Settings", "DefaultLimits", "EmbeddedPorts", "WebhookSettings", "ModelSettings"]
+
+
+class DefaultLimits(BaseModel):
+    """Limits given to new accounts (spec section 8); the console can change them per account."""
+
+    model_config = {"frozen": True}
+    usage_limit_seconds: float = 5 * 3600
+    max_concurrent_jobs: int = 5
+    max_queued_jobs: int = 2000
+    max_requests_per_minute: int = 600
+    max_audio_duration_seconds: int = 10 * 3600
+    retention_days: int = 30
+    max_concurrent_sessions: int = 5
+    max_session_seconds: int = 300
+
+
+class EmbeddedPorts(BaseModel):
+    """Loopback ports of the services ``a5s up`` starts."""
+
+    model_config = {"frozen": True}
+    kafka: int = 19092
+    broker_storage: int = 19000
+    redis: int = 16379
+
+
+class WebhookSettings(BaseModel):
+    model_config = {"frozen": True}
+    retry_schedule_s: tuple[float, ...] = (30, 120, 600, 1800, 3600, 7200, 14400, 28800, 28800)
+    timeout_s: float = 15.0
+    allow_private: bool = True
+    """Self-hosted receivers often sit on private networks; loopback stays refused."""
+    allow_loopback: bool = False
+
+
+class ModelSettings(BaseModel):
+    model_config = {"frozen": True}
+    whisper: str = "base"
+    """A CTranslate2 model directory, or a packaged alias: ``base`` or ``tiny.en``."""
+    device: Literal["auto", "cpu", "cuda"] = "cpu"
+    compute_type: str = "int8"
+    beam_size: int = 5
+    cpu_threads: int = 2
+    streaming_partial: str = "tiny.en"
+    streaming_final: str = "base"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="A5S_", env_nested_delimiter="__", frozen=True,
+                                      extra="ignore")
+
+    data_dir: Path = Path("./a5s-data")
+    host: str = "127.0.0.1"
+    port: int = 8000
+    console_port: int = 8001
+    public_url: str = ""
+    """Base URL clients use to reach the gateway (for Location and upload URLs)."""
+
+    kafka_bootstrap: str = ""
+    clickhouse_url: str = ""
+    clickhouse_database: str = "a5s"
+    redis_url: str = ""
+    object_store: Literal["fs", "s3"] = "fs"
+    s3_endpoint: str = ""
+    s3_bucket: str = "a5s"
+    s3_region: str = "us-east-1"
+    s3_access_key: SecretStr = SecretStr("")
+    s3_secret_key: SecretStr = SecretStr("")
+
+    topic_prefix: str = "a5s."
+    partitions: int = 4
+    replication_factor: int = 1
+    app_id: str = "a5s"
+    embedded: EmbeddedPorts = EmbeddedPorts()
+
+    limits: DefaultLimits = DefaultLimits()
+    webhooks: WebhookSettings = WebhookSettings()
+    models: ModelSettings = ModelSettings()
+
+    allow_private_audio_urls: bool = False
+    """Lets ``audio_url`` reach private and loopback addresses (tests, trusted networks)."""
+    max_upload_bytes: int = 1 << 30
+    max_presigned_upload_bytes: int = 5 << 30
+    upload_ttl_s: int = 24 * 3600
+    upload_url_ttl_s: int = 3600
+    stage_retries: int = 3
+    create_default_account: bool = True
+    console_token: SecretStr = SecretStr("")
+    """Token for the console API; empty means a generated one in ``<data_dir>/console.token``."""
+    log_level: str = "INFO"
+
+    @classmethod
+    def settings_customise_sources(cls, settings_cls: type[BaseSettings],
+                                   init_settings: PydanticBaseSettingsSource,
+                                   env_settings: PydanticBaseSettingsSource,
+                                   dotenv_settings: PydanticBaseSettingsSource,
+                                   file_secret_settings: PydanticBaseSettingsSource,
+                                   ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml_path = Path(os.environ.get("A5S_CONFIG", "a5s.toml"))
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if toml_path.is_file():
+            sources.append(TomlConfigSettingsSource(settings_cls, toml_file=toml_path))
+        return tuple(sources)
+
+    # --- derived locations -----------------------------------------------------------------
+
+    @property
+    def data_path(self) -> Path:
+        return self.data_dir.resolve()
+
+    @property
+    def embedded_kafka(self) -> bool:
+        return not self.kafka_bootstrap
+
+    @property
+    def bootstrap(self) -> str:
+        return self.kafka_bootstrap or f"127.0.0.1:{self.embedded.kafka}"
+
+    @property
+    def clickhouse_dsn(self) -> str:
+        return self.clickhouse_url or f"chdb://{self.data_path / 'clickhouse'}"
+
+    @property
+    def redis_dsn(self) -> str:
+        return self.redis_url or f"redis://127.0.0.1:{self.embedded.redis}/0"
+
+    @property
+    def base_url(self) -> str:
+        return (self.public_url or f"http://{self.host}:{self.port}").rstrip("/")
+
+    @property
+    def console_url(self) -> str:
+        return f"http://127.0.0.1:{self.console_port}"

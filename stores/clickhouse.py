@@ -1,0 +1,140 @@
+"""ClickHouse through clickhouse-connect: in-process chdb (``chdb://path``) or a server (``http://``).
+
+The driver is blocking, so every call runs on one dedicated thread: chdb wants a
+single owner, and it keeps the event loop free. Schema comes from the versioned
+DDL files in ``ops/ddl`` applied once each, in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
+
+__all__ = ["ClickHouse", "map_clickhouse_errors", "MIGRATIONS"]
+
+log = logging.getLogger(__name__)
+MIGRATIONS = "ddl"
+
+
+@contextlib.contextmanager
+def map_clickhouse_errors() -> Iterator[None]:
+    from clickhouse_connect.driver import exceptions as ch_exc
+    try:
+        yield
+    except ch_exc.OperationalError as exc:
+        msg = str(exc)
+        if "timed out" in msg.lower() or "timeout" in msg.lower():
+            raise UpstreamTimeout(log=msg) from exc
+        raise UpstreamUnavailable(log=msg) from exc
+    except ch_exc.ClickHouseError as exc:
+        raise InternalError(log=f"clickhouse: {exc}") from exc
+
+
+class ClickHouse:
+    """Async facade over one clickhouse-connect client; tables are ``{database}.{name}``."""
+
+    def __init__(self, dsn: str, database: str = "a5s") -> None:
+        self.dsn = dsn
+        self.database = database
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="clickhouse")
+        self._client: Any = None
+
+    @property
+    def embedded(self) -> bool:
+        return self.dsn.startswith("chdb://")
+
+    def _connect(self) -> Any:
+        import clickhouse_connect
+        if self._client is None:
+            if self.embedded:
+                Path(urlsplit(self.dsn).path).mkdir(parents=True, exist_ok=True)
+                self._client = clickhouse_connect.get_client(dsn=self.dsn)
+            else:
+                self._client = clickhouse_connect.get_client(
+                    dsn=self.dsn, connect_timeout=5, send_receive_timeout=30)
+        return self._client
+
+    async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        def call() -> Any:
+            with map_clickhouse_errors():
+                return fn(self._connect(), *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def table(self, name: str) -> str:
+        return f"{self.database}.{name}"
+
+    async def start(self) -> None:
+        await self._run(lambda c: None)
+        await self.migrate()
+
+    async def close(self) -> None:
+        def shut(c: Any) -> None:
+            c.close()
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._run(shut)
+            self._client = None
+        self._pool.shutdown(wait=True)
+
+    async def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        return await self._run(lambda c: c.command(sql.replace("{db}", self.database),
+                                                   parameters=params))
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        """Rows as dicts; ``{db}`` in the SQL becomes the database, ``{name:Type}`` binds params."""
+        def run(c: Any) -> list[dict[str, Any]]:
+            result = c.query(sql.replace("{db}", self.database), parameters=params)
+            names = result.column_names
+            return [dict(zip(names, row)) for row in result.result_rows]
+        return await self._run(run)
+
+    async def insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        names = list(rows[0])
+        data = [[row[n] for n in names] for row in rows]
+        await self._run(lambda c: c.insert(self.table(table), data, column_names=names))
+
+    async def ping(self) -> float:
+        started = time.perf_counter()
+        await self._run(lambda c: c.command("SELECT 1"))
+        return (time.perf_counter() - started) * 1000
+
+    async def migrate(self) -> list[str]:
+        """Apply the DDL files not yet recorded in ``schema_migrations``; returns those applied."""
+        await self.command(f"CREATE DATABASE IF NOT EXISTS {self.database}")
+        await self.command("CREATE TABLE IF NOT EXISTS {db}.schema_migrations "
+                           "(version String, applied_at DateTime64(3, 'UTC')) "
+                           "ENGINE = ReplacingMergeTree ORDER BY version")
+        done = {r["version"] for r in await self.query(
+            "SELECT version FROM {db}.schema_migrations FINAL")}
+        applied = []
+        files = sorted((p for p in resources.files("ops").joinpath(MIGRATIONS).iterdir()
+                        if p.name.endswith(".sql")), key=lambda p: p.name)
+        for item in files:
+            version = item.name.removesuffix(".sql")
+            if version in done:
+                continue
+            for statement in _statements(item.read_text()):
+                await self.command(statement)
+            await self.command("INSERT INTO {db}.schema_migrations VALUES "
+                               "({v:String}, now64(3))", {"v": version})
+            applied.append(version)
+            log.info("clickhouse: applied migration %s", version)
+        return applied
+
+
+def _statements(sql: str) -> list[str]:
+    sql = re.sub(r"--[^\n]*", "", sql)
+    return [s.strip() for s in sql.split(";") if s.strip()]

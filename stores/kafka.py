@@ -1,0 +1,103 @@
+"""Kafka plumbing outside Faust: explicit topic creation and the gateway's producer.
+
+Topics are created from ``topologies.TOPICS`` at start-up, never by broker
+auto-creation (a broker that auto-creates picks its own partition count, which
+then clashes with the changelog topics Faust creates).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from aiokafka import AIOKafkaProducer
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
+
+from schemas.errors import UpstreamTimeout, UpstreamUnavailable
+from schemas.settings import Settings
+from topologies.topics import TOPICS, TopicSpec
+
+__all__ = ["ensure_topics", "Producer", "map_kafka_errors", "topic_name"]
+
+log = logging.getLogger(__name__)
+
+
+def topic_name(settings: Settings, spec: TopicSpec[Any]) -> str:
+    return settings.topic_prefix + spec.name
+
+
+@contextlib.asynccontextmanager
+async def map_kafka_errors() -> AsyncIterator[None]:
+    try:
+        yield
+    except (KafkaTimeoutError, asyncio.TimeoutError) as exc:
+        raise UpstreamTimeout(log=f"kafka: {exc!r}") from exc
+    except KafkaError as exc:
+        raise UpstreamUnavailable(log=f"kafka: {exc!r}") from exc
+
+
+async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
+    """Create every declared topic that does not exist yet; returns the names created."""
+    for attempt in range(attempts):
+        admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap,
+                                    request_timeout_ms=10_000)
+        try:
+            await admin.start()
+            existing = set(await admin.list_topics())
+            wanted = [NewTopic(topic_name(settings, s), s.partitions or settings.partitions,
+                               settings.replication_factor, topic_configs=s.config())
+                      for s in TOPICS if topic_name(settings, s) not in existing]
+            if wanted:
+                try:
+                    await admin.create_topics(wanted)
+                except TopicAlreadyExistsError:
+                    pass
+                log.info("kafka: created topics %s", [t.name for t in wanted])
+            return [t.name for t in wanted]
+        except KafkaError as exc:
+            if attempt == attempts - 1:
+                raise UpstreamUnavailable(log=f"kafka: cannot create topics: {exc!r}") from exc
+            await asyncio.sleep(1)
+        finally:
+            with contextlib.suppress(Exception):
+                await admin.close()
+    return []
+
+
+class Producer:
+    """Typed sends: the topic's schema encodes the value, the key is a plain string."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._producer: AIOKafkaProducer | None = None
+
+    async def start(self) -> None:
+        self._producer = AIOKafkaProducer(bootstrap_servers=self.settings.bootstrap, acks="all",
+                                          linger_ms=2, request_timeout_ms=15_000,
+                                          enable_idempotence=False)
+        async with map_kafka_errors():
+            await self._producer.start()
+
+    async def stop(self) -> None:
+        if self._producer is not None:
+            with contextlib.suppress(Exception):
+                await self._producer.stop()
+
+    async def ping(self) -> float:
+        started = time.perf_counter()
+        if self._producer is None or not await self._producer.client.force_metadata_update():
+            raise UpstreamUnavailable(log="kafka: metadata refresh failed")
+        return (time.perf_counter() - started) * 1000
+
+    async def send(self, spec: TopicSpec[Any], key: str, value: Any) -> None:
+        if self._producer is None:
+            raise UpstreamUnavailable(log="kafka: producer not started")
+        async with map_kafka_errors():
+            await asyncio.wait_for(
+                self._producer.send_and_wait(topic_name(self.settings, spec), spec.encode(value),
+                                             key=key.encode()), timeout=15)

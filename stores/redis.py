@@ -1,0 +1,149 @@
+"""Redis (embedded Valkey by default): atomic admission shared by every gateway replica.
+
+Owns rate-limit buckets, the per-account set of waiting jobs, idempotency
+records, the API-key cache, live-session slots, and the account ledger
+snapshots the accounts agent publishes. Every multi-step check is one Lua
+script, so concurrent replicas cannot both pass a limit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import redis.asyncio as aioredis
+from redis import exceptions as redis_exc
+
+from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
+
+__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
+
+# GCRA: allows `limit` requests per `period` seconds in any rolling window.
+_RATE = """
+local now = tonumber(ARGV[1]); local period = tonumber(ARGV[2]); local limit = tonumber(ARGV[3])
+local interval = period / limit
+local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tat < now then tat = now end
+local wait = tat - now - (period - interval)
+if wait > 0 then return tostring(wait) end
+redis.call('SET', KEYS[1], tostring(tat + interval), 'PX', math.ceil(period * 1000) + 1000)
+return '0'
+"""
+# Add a member to a bounded set; 0 when full (and not already a member).
+_BOUNDED_ADD = """
+if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then return 1 end
+if redis.call('SCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('SADD', KEYS[1], ARGV[1]); return 1
+"""
+# Live sessions: a sorted set scored by lease expiry; expired leases are dropped first.
+_LEASE = """
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ARGV[1])
+if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
+  redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1
+"""
+
+
+@contextlib.asynccontextmanager
+async def map_redis_errors() -> AsyncIterator[None]:
+    try:
+        yield
+    except redis_exc.TimeoutError as exc:
+        raise UpstreamTimeout(log=f"redis: {exc}") from exc
+    except redis_exc.ConnectionError as exc:
+        raise UpstreamUnavailable(log=f"redis: {exc}") from exc
+    except redis_exc.RedisError as exc:
+        raise InternalError(log=f"redis: {exc}") from exc
+
+
+class LedgerSnapshot(dict[str, Any]):
+    """``used``, ``reserved`` (seconds), ``processing`` (count) as last published by the accounts agent."""
+
+
+class RedisStore:
+    def __init__(self, url: str, prefix: str = "a5s:") -> None:
+        self.url = url
+        self.prefix = prefix
+        self.client = aioredis.from_url(url, decode_responses=True, socket_timeout=5,
+                                        socket_connect_timeout=3, health_check_interval=15)
+        self._rate = self.client.register_script(_RATE)
+        self._bounded_add = self.client.register_script(_BOUNDED_ADD)
+        self._lease = self.client.register_script(_LEASE)
+
+    def k(self, *parts: str) -> str:
+        return self.prefix + ":".join(parts)
+
+    async def close(self) -> None:
+        await self.client.aclose()
+
+    async def ping(self) -> float:
+        started = time.perf_counter()
+        async with map_redis_errors():
+            await self.client.ping()
+        return (time.perf_counter() - started) * 1000
+
+    # --- limits -------------------------------------------------------------------------------
+
+    async def take_rate(self, bucket: str, limit: int, period_s: float = 60.0) -> int:
+        """0 when allowed, else the whole seconds to wait (for ``Retry-After``)."""
+        async with map_redis_errors():
+            wait = float(await self._rate(keys=[self.k("rate", bucket)],
+                                          args=[time.time(), period_s, limit]))
+        return 0 if wait <= 0 else max(1, math.ceil(wait))
+
+    async def enqueue(self, account_id: str, transcript_id: str, limit: int) -> bool:
+        async with map_redis_errors():
+            return bool(await self._bounded_add(keys=[self.k("queued", account_id)],
+                                                args=[transcript_id, limit]))
+
+    async def dequeue(self, account_id: str, transcript_id: str) -> None:
+        async with map_redis_errors():
+            await self.client.srem(self.k("queued", account_id), transcript_id)
+
+    async def queued_count(self, account_id: str) -> int:
+        async with map_redis_errors():
+            return int(await self.client.scard(self.k("queued", account_id)))
+
+    async def lease_session(self, account_id: str, session_id: str, limit: int,
+                            ttl_s: float = 30.0) -> bool:
+        now = time.time()
+        async with map_redis_errors():
+            return bool(await self._lease(keys=[self.k("live", account_id)],
+                                          args=[now, limit, session_id, now + ttl_s]))
+
+    async def release_session(self, account_id: str, session_id: str) -> None:
+        async with map_redis_errors():
+            await self.client.zrem(self.k("live", account_id), session_id)
+
+    async def live_sessions(self, account_id: str) -> int:
+        async with map_redis_errors():
+            key = self.k("live", account_id)
+            await self.client.zremrangebyscore(key, "-inf", time.time())
+            return int(await self.client.zcard(key))
+
+    # --- JSON values --------------------------------------------------------------------------
+
+    async def get_json(self, *key: str) -> Any:
+        async with map_redis_errors():
+            raw = await self.client.get(self.k(*key))
+        return None if raw is None else json.loads(raw)
+
+    async def set_json(self, value: Any, *key: str, ttl_s: float | None = None,
+                       only_new: bool = False) -> bool:
+        async with map_redis_errors():
+            done = await self.client.set(self.k(*key), json.dumps(value, default=str),
+                                         px=int(ttl_s * 1000) if ttl_s else None, nx=only_new)
+        return bool(done)
+
+    async def delete(self, *key: str) -> None:
+        async with map_redis_errors():
+            await self.client.delete(self.k(*key))
+
+    async def ledger(self, account_id: str) -> LedgerSnapshot:
+        value = await self.get_json("ledger", account_id)
+        return LedgerSnapshot(value or {"used": 0.0, "reserved": 0.0, "processing": 0})

@@ -1,0 +1,120 @@
+"""Transcripts in ClickHouse: the row of each job, its result, and usage events.
+
+Rows are versioned (``schemas.rows.version_for``): a state never goes back, so a
+replayed stage cannot undo a later one, and a deleted transcript stays deleted.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from schemas.records import TranscriptResult
+from schemas.rows import STATE_RANK, TranscriptRow, UsageEventRow, version_for
+
+from .clickhouse import ClickHouse
+
+__all__ = ["Transcripts"]
+
+_COLUMNS = list(TranscriptRow.model_fields)
+
+
+class Transcripts:
+    def __init__(self, ch: ClickHouse) -> None:
+        self.ch = ch
+
+    async def insert(self, row: TranscriptRow) -> None:
+        row = row.model_copy(update={"version": version_for(row.status, row.created_at)})
+        await self.ch.insert("transcripts", [row.model_dump(include=set(_COLUMNS))])
+
+    async def get(self, transcript_id: str, account_id: str | None = None,
+                  *, include_deleted: bool = False) -> TranscriptRow | None:
+        sql = "SELECT * FROM {db}.transcripts FINAL WHERE id = {id:String}"
+        params: dict[str, Any] = {"id": transcript_id}
+        if account_id is not None:
+            sql += " AND account_id = {a:String}"
+            params["a"] = account_id
+        rows = await self.ch.query(sql, params)
+        if not rows:
+            return None
+        row = TranscriptRow.model_validate(rows[0])
+        return row if include_deleted or not row.deleted else None
+
+    async def list(self, account_id: str, *, limit: int, status: str | None = None,
+                   before: str | None = None) -> list[TranscriptRow]:
+        sql = ("SELECT * FROM {db}.transcripts FINAL WHERE account_id = {a:String} "
+               "AND deleted = 0")
+        params: dict[str, Any] = {"a": account_id, "n": limit}
+        if status:
+            sql += " AND status = {s:String}"
+            params["s"] = status
+        if before:
+            sql += " AND id < {b:String}"
+            params["b"] = before
+        sql += " ORDER BY id DESC LIMIT {n:UInt32}"
+        return [TranscriptRow.model_validate(r) for r in await self.ch.query(sql, params)]
+
+    async def change(self, transcript_id: str, status: str, at: datetime | None = None,
+                     **fields: Any) -> TranscriptRow | None:
+        """Move a transcript to ``status`` (merging ``fields``); a no-op if it is already later."""
+        at = at or datetime.now(UTC)
+        row = await self.get(transcript_id, include_deleted=True)
+        if row is None or row.deleted:
+            return None
+        current = STATE_RANK.get(row.status, 0)
+        if STATE_RANK[status] < current:
+            return row
+        if STATE_RANK[status] == current and status != row.status:
+            return row  # completed and error are both final: the first one stands
+        update = dict(fields, status=status)
+        if status == "processing":
+            update.setdefault("started_at", row.started_at or at)
+        if status in ("completed", "error"):
+            update.setdefault("completed_at", row.completed_at or at)
+            update.setdefault("started_at", row.started_at or at)
+        if status == "deleted":
+            update |= {"deleted": 1, "metadata": "{}", "audio_url": None,
+                       "webhook_url": None}
+        new = row.model_copy(update=update)
+        new.version = max(version_for(status, at), row.version + 1)
+        await self.ch.insert("transcripts", [new.model_dump(include=set(_COLUMNS))])
+        return new
+
+    async def set_webhook_status(self, transcript_id: str, code: int) -> None:
+        row = await self.get(transcript_id)
+        if row is None:
+            return
+        new = row.model_copy(update={"webhook_status_code": code, "version": row.version + 1})
+        await self.ch.insert("transcripts", [new.model_dump(include=set(_COLUMNS))])
+
+    async def save_result(self, row: TranscriptRow, result: TranscriptResult) -> None:
+        await self.ch.insert("transcript_results", [{
+            "id": row.id, "account_id": row.account_id,
+            "completed_at": row.completed_at or datetime.now(UTC), "text": result.text,
+            "result": result.model_dump_json(), "deleted": 0, "version": 1}])
+
+    async def result(self, transcript_id: str, account_id: str) -> TranscriptResult | None:
+        rows = await self.ch.query(
+            "SELECT result, deleted FROM {db}.transcript_results FINAL WHERE account_id = "
+            "{a:String} AND id = {id:String}", {"a": account_id, "id": transcript_id})
+        if not rows or rows[0]["deleted"]:
+            return None
+        return TranscriptResult.model_validate_json(rows[0]["result"])
+
+    async def delete(self, row: TranscriptRow) -> None:
+        """Remove every stored detail: metadata, URLs, webhook target and the result."""
+        await self.change(row.id, "deleted")
+        await self.ch.insert("transcript_results", [{
+            "id": row.id, "account_id": row.account_id, "completed_at": datetime.now(UTC),
+            "text": "", "result": "{}", "deleted": 1, "version": 2}])
+        await self.ch.command(
+            "DELETE FROM {db}.transcript_results WHERE account_id = {a:String} AND id = "
+            "{id:String}", {"a": row.account_id, "id": row.id})
+
+    async def record_usage(self, event: UsageEventRow) -> None:
+        await self.ch.insert("usage_events", [event.model_dump()])
+
+    @staticmethod
+    def metadata_json(metadata: dict[str, Any]) -> str:
+        return json.dumps(metadata, separators=(",", ":"))

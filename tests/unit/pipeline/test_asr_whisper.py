@@ -1,0 +1,117 @@
+"""Whisper on real speech, odd signals and pure non-speech, through decode, VAD and chunks."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pipeline.asr import AsrEngine, WhisperEngine
+from pipeline.audio import decode_to_pcm, read_pcm
+from pipeline.models import resolve_whisper
+from pipeline.types import TimedWord
+
+from asr_support import EVAL, JFK, SIGNAL, wer
+
+LIBRIVOX = EVAL / "real" / "pocketsphinx" / "librivox"
+NON_SPEECH = ["silence_digital_10s.wav", "silence_noise_floor_-60dBFS_10s.wav",
+              "pink_noise_only_10s.wav", "tone_1khz_5s.wav"]
+BATCH_WORD = re.compile(r"^[$£€¥]?[^\W_]+(?:[-'.:][^\W_]+)*%?$")
+
+
+def assert_well_formed(words: list[TimedWord], start: float, end: float) -> None:
+    for w in words:
+        assert BATCH_WORD.match(w.text) and w.text == w.text.lower(), w.text
+        assert start - 1e-6 <= w.start <= w.end <= end + 1e-6
+        assert 0.0 <= w.probability <= 1.0
+    assert [w.start for w in words] == sorted(w.start for w in words)
+
+
+def test_engine_satisfies_the_protocol(whisper_tiny: WhisperEngine) -> None:
+    assert isinstance(whisper_tiny, AsrEngine)
+    assert whisper_tiny.name == "whisper:model"
+
+
+def test_jfk_tiny(whisper_tiny: WhisperEngine, transcribe_file, manifest) -> None:
+    words = transcribe_file(JFK, whisper_tiny)
+    assert wer(manifest["real/whisper/jfk.flac"]["reference_text"], words) <= 0.10
+    assert_well_formed(words, 0.0, 11.0)
+
+
+def test_librivox_base(whisper_base: WhisperEngine, transcribe_file, manifest) -> None:
+    refs, hyps = [], []
+    for name in ("0870", "0890", "0920"):
+        path = f"real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-{name}.wav"
+        words = transcribe_file(EVAL / path, whisper_base)
+        assert_well_formed(words, 0.0, manifest[path]["duration"])
+        refs.append(manifest[path]["reference_text"])
+        hyps += words
+    # "mister" is written "Mr." by Whisper: one of the 46 words differs by convention alone
+    assert wer(" ".join(refs), hyps) <= 0.08
+
+
+def test_offset_makes_times_absolute(whisper_tiny: WhisperEngine, tmp_path: Path) -> None:
+    pcm = tmp_path / "jfk.pcm"
+    with pcm.open("wb") as out:
+        decode_to_pcm(JFK, out)
+    audio = read_pcm(pcm)
+    local = whisper_tiny.transcribe(audio, 0.0)
+    shifted = whisper_tiny.transcribe(audio, 100.0)
+    assert [w.text for w in shifted] == [w.text for w in local]
+    assert [w.start for w in shifted] == pytest.approx([w.start + 100.0 for w in local], abs=1e-3)
+    assert_well_formed(shifted, 100.0, 111.0)
+
+
+def test_leading_silence_shifts_words_by_30_s(whisper_tiny: WhisperEngine, transcribe_file,
+                                              manifest) -> None:
+    plain = transcribe_file(EVAL / "bad" / "formats" / "jfk_16k_ref.wav", whisper_tiny)
+    late = transcribe_file(SIGNAL / "jfk_with_30s_leading_silence.wav", whisper_tiny)
+    assert wer(manifest["real/whisper/jfk.flac"]["reference_text"], late) <= 0.10
+    assert late[0].start >= 29.5
+    assert late[0].start - plain[0].start == pytest.approx(30.0, abs=0.5)
+    assert late[-1].end - plain[-1].end == pytest.approx(30.0, abs=0.5)
+
+
+@pytest.mark.parametrize("name", ["jfk_stereo_phase_inverted.wav", "jfk_8k_telephone_ulaw.wav",
+                                  "jfk_stereo_dual_mono.wav", "jfk_dc_offset.wav"])
+def test_hard_signals_transcribe(name: str, whisper_tiny: WhisperEngine, transcribe_file,
+                                 manifest) -> None:
+    words = transcribe_file(SIGNAL / name, whisper_tiny)
+    assert wer(manifest["real/whisper/jfk.flac"]["reference_text"], words) <= 0.15
+    assert len(words) <= 23  # dual mono must not come out twice
+
+
+@pytest.mark.parametrize("name", NON_SPEECH)
+def test_no_words_from_non_speech_file(name: str, whisper_tiny: WhisperEngine,
+                                       transcribe_file) -> None:
+    assert transcribe_file(SIGNAL / name, whisper_tiny) == []
+
+
+@pytest.mark.parametrize("name", NON_SPEECH)
+def test_engine_alone_does_not_hallucinate(name: str, whisper_tiny: WhisperEngine,
+                                           tmp_path: Path) -> None:
+    """Without VAD in front, the engine's own checks must still return nothing."""
+    pcm = tmp_path / "x.pcm"
+    with pcm.open("wb") as out:
+        decode_to_pcm(SIGNAL / name, out)
+    assert whisper_tiny.transcribe(read_pcm(pcm), 0.0) == []
+
+
+def test_empty_and_digital_silence_skip_decoding(whisper_tiny: WhisperEngine) -> None:
+    assert whisper_tiny.transcribe(np.zeros(0, dtype=np.float32), 0.0) == []
+    assert whisper_tiny.transcribe(np.zeros(16000 * 5, dtype=np.float32), 3.0) == []
+
+
+def test_resolve_whisper_aliases_and_errors(model_cache: Path, tmp_path: Path) -> None:
+    base = resolve_whisper("base", model_cache)
+    assert resolve_whisper("base", model_cache) == base  # joined once, then reused
+    assert (base / "model.bin").stat().st_size > 100_000_000
+    assert not [p for p in base.iterdir() if p.name.startswith(".")]  # no temp files left
+    assert resolve_whisper(str(base), tmp_path) == base
+    assert (resolve_whisper("tiny.en", tmp_path) / "model.bin").is_file()
+    with pytest.raises(FileNotFoundError, match="tiny.en"):
+        resolve_whisper("large-v3", tmp_path)
+    with pytest.raises(FileNotFoundError, match="model.bin"):
+        resolve_whisper(str(tmp_path), tmp_path)

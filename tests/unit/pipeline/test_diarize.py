@@ -1,0 +1,254 @@
+"""Diarization stage: real CAM++ on real eval audio, clustering bounds, and assemble()."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from pipeline.diarization import (AssembleOptions, DiarizationOptions, Diarizer, SpeakerEmbedder,
+                                  assemble, cluster_embeddings)
+from pipeline.types import SAMPLE_RATE, Region, SpeakerTurn, TimedWord
+
+EVAL = Path(__file__).parents[3].parent / "shared" / "eval"
+
+MULTI = {  # eval file stem -> speakers in its reference
+    "synthetic/conv01_support_call": 2,
+    "synthetic/conv02_team_meeting": 3,
+    "synthetic/conv03_overlap": 2,
+    "real/pyannote_ami/dev00": 2,
+    "real/pyannote_ami/dev01": 2,
+    "real/pyannote_ami/trn02": 1,
+}
+SINGLE = [
+    "real/whisper/jfk.flac",
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0870.wav",
+    "real/asterisk_16k/demo-congrats.wav",
+    "real/asterisk_16k/conf-adminmenu.wav",
+    "real/speechbrain/LJ050-0131.wav",
+]
+
+
+def load_audio(path: Path) -> np.ndarray:
+    """Any container to 16 kHz mono float32, with PyAV."""
+    chunks = []
+    with av.open(str(path)) as container:
+        resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        for frame in container.decode(audio=0):
+            chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
+        chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
+    return np.concatenate(chunks).astype(np.float32)
+
+
+@pytest.fixture(scope="session")
+def embedder() -> SpeakerEmbedder:
+    return SpeakerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def diarizer(embedder: SpeakerEmbedder) -> Diarizer:
+    return Diarizer(embedder, DiarizationOptions())
+
+
+@pytest.fixture(scope="session")
+def silero():
+    from silero_vad import load_silero_vad
+    return load_silero_vad(onnx=True)
+
+
+@pytest.fixture(scope="session")
+def diarized(diarizer: Diarizer, silero):
+    """Audio, speech regions and turns per eval path, computed once per session."""
+    import torch
+    from silero_vad import get_speech_timestamps
+
+    cache: dict[str, tuple[np.ndarray, list[Region], list[SpeakerTurn]]] = {}
+
+    def run(name: str):
+        if name not in cache:
+            path = EVAL / name
+            if not path.is_file():
+                pytest.skip(f"eval audio not found: {path}")
+            audio = load_audio(path)
+            stamps = get_speech_timestamps(torch.from_numpy(audio), silero,
+                                           sampling_rate=SAMPLE_RATE, return_seconds=True)
+            speech = [Region(float(s["start"]), float(s["end"])) for s in stamps]
+            cache[name] = (audio, speech, diarizer.diarize(audio, speech))
+        return cache[name]
+
+    return run
+
+
+def _check_turns(turns: list[SpeakerTurn], speech: list[Region]) -> None:
+    assert turns, "speech must give turns"
+    assert [t.start for t in turns] == sorted(t.start for t in turns)
+    first_seen: list[int] = []
+    for t in turns:
+        assert t.end > t.start
+        assert any(r.start - 1e-6 <= t.start and t.end <= r.end + 1e-6 for r in speech)
+        if t.speaker not in first_seen:
+            first_seen.append(t.speaker)
+    assert first_seen == list(range(len(first_seen))), "numbered in order of first speech"
+
+
+# --- diarization on real audio --------------------------------------------------------------
+
+@pytest.mark.parametrize("stem", list(MULTI))
+def test_conversation_speaker_count_within_one(diarized, stem: str) -> None:
+    audio, speech, turns = diarized(f"{stem}.wav")
+    _check_turns(turns, speech)
+    found = len({t.speaker for t in turns})
+    assert abs(found - MULTI[stem]) <= 1, f"{stem}: {found} speakers, reference {MULTI[stem]}"
+
+
+@pytest.mark.parametrize("name", SINGLE)
+def test_single_speaker_is_one_speaker(diarized, name: str) -> None:
+    _, speech, turns = diarized(name)
+    _check_turns(turns, speech)
+    assert {t.speaker for t in turns} == {0}
+
+
+def test_synthetic_turns_follow_reference(diarized) -> None:
+    """conv02's three voices: the words of each reference turn mostly get one speaker,
+    and the first voice heard is speaker 0."""
+    ref = json.loads((EVAL / "synthetic/conv02_team_meeting.json").read_text())
+    _, _, turns = diarized("synthetic/conv02_team_meeting.wav")
+    words = [TimedWord(w["word"], w["start"], w["end"]) for t in ref["turns"] for w in t["words"]]
+    truth = [t["speaker"] for t in ref["turns"] for _ in t["words"]]
+    result = assemble(words, turns)
+    assert len({u.speaker for u in result.utterances}) == 3
+    agree: dict[tuple[str, str], int] = {}
+    for word, who in zip(sorted(result.words, key=lambda w: w.start), truth):
+        agree[(who, word.speaker)] = agree.get((who, word.speaker), 0) + 1
+    best = {}
+    for (who, spk), n in agree.items():
+        best[who] = max(best.get(who, 0), n)
+    assert sum(best.values()) / len(words) > 0.9
+    first = ref["turns"][0]["speaker"]
+    assert max((n, spk) for (who, spk), n in agree.items() if who == first)[1] == "speaker_1"
+
+
+def test_no_speech_and_tiny_speech(diarizer: Diarizer) -> None:
+    audio = np.zeros(2 * SAMPLE_RATE, np.float32)
+    assert diarizer.diarize(audio, []) == []
+    assert diarizer.diarize(np.zeros(0, np.float32), [Region(0.0, 1.0)]) == []
+    turns = diarizer.diarize(audio, [Region(1.0, 1.2), Region(0.5, 0.7), Region(0.6, 0.65)])
+    assert [(t.speaker, t.start, t.end) for t in turns] == [(0, 0.5, 0.7), (0, 1.0, 1.2)]
+
+
+def test_embedder_is_unit_length_and_voice_sensitive(embedder: SpeakerEmbedder) -> None:
+    jfk = load_audio(EVAL / "real/whisper/jfk.flac")
+    a = embedder.embed(jfk[:4 * SAMPLE_RATE])
+    b = embedder.embed(jfk[5 * SAMPLE_RATE:9 * SAMPLE_RATE])
+    other = embedder.embed(load_audio(EVAL / "real/speechbrain/LJ050-0131.wav"))
+    assert a.shape == (SpeakerEmbedder.dim,)
+    assert np.linalg.norm(a) == pytest.approx(1.0, abs=1e-5)
+    assert a @ b > a @ other + 0.2
+
+
+# --- clustering without the model -----------------------------------------------------------
+
+def _blobs(rng: np.random.Generator, centers: int, n: int, spread: float = 0.15) -> np.ndarray:
+    means = rng.normal(size=(centers, 32))
+    x = means[rng.integers(0, centers, n)] / np.sqrt(32) + rng.normal(size=(n, 32)) * spread / 4
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_clustering_samples_long_inputs() -> None:
+    """More windows than the pairwise bound: a sample decides, every window is assigned."""
+    rng = np.random.default_rng(0)
+    emb = _blobs(rng, 3, 5000)
+    opts = DiarizationOptions(max_cluster_windows=200)
+    labels = cluster_embeddings(emb, np.full(5000, 0.75), opts)
+    assert labels.shape == (5000,) and len(set(labels.tolist())) == 3
+
+
+def test_clustering_single_voice_and_small_clusters() -> None:
+    rng = np.random.default_rng(1)
+    one = _blobs(rng, 1, 300, spread=0.6)
+    assert set(cluster_embeddings(one, np.full(300, 0.75), DiarizationOptions()).tolist()) == {0}
+    two = np.concatenate([_blobs(rng, 1, 100), _blobs(rng, 1, 2)])  # 1.5 s of a second voice
+    labels = cluster_embeddings(two, np.full(102, 0.75), DiarizationOptions(min_speaker=2.0))
+    assert len(set(labels.tolist())) == 1
+
+
+# --- assemble() -----------------------------------------------------------------------------
+
+def _words(*spans: tuple[str, float, float]) -> list[TimedWord]:
+    return [TimedWord(t, s, e) for t, s, e in spans]
+
+
+def _invariants(result, words: list[TimedWord], turns: list[SpeakerTurn]) -> None:
+    assert result.text == " ".join(w.text for w in result.words)
+    assert len(result.words) == len(words)
+    seen = [w for u in result.utterances for w in u.words]
+    assert sorted(map(id, seen)) == sorted(map(id, result.words)), "every word in one utterance"
+    assert [w.start for w in result.words] == sorted(w.start for w in result.words)
+    assert [u.start for u in result.utterances] == sorted(u.start for u in result.utterances)
+    for u in result.utterances:
+        assert u.text == " ".join(w.text for w in u.words)
+        assert all(w.speaker == u.speaker for w in u.words)
+        assert u.start == u.words[0].start and u.end == max(w.end for w in u.words)
+        assert [w.start for w in u.words] == sorted(w.start for w in u.words)
+    ids = [s.id for s in result.speakers]
+    assert ids == [f"speaker_{i + 1}" for i in range(len(ids))]
+    order = []
+    for w in result.words:
+        if w.speaker not in order:
+            order.append(w.speaker)
+    assert order == ids, "speakers numbered in order of first speech"
+    spoken = {t.speaker for t in turns}
+    assert len(result.speakers) <= max(1, len(spoken))
+    for x in [w.start for w in result.words] + [s.speaking_time for s in result.speakers]:
+        assert round(x, 3) == x
+
+
+def test_assemble_turn_taking() -> None:
+    turns = [SpeakerTurn(5, 0.0, 2.0), SpeakerTurn(2, 2.0, 4.0), SpeakerTurn(5, 4.2, 6.0),
+             SpeakerTurn(5, 9.0, 10.0), SpeakerTurn(7, 20.0, 21.0)]
+    words = _words(("hello", 0.1, 0.5), ("there", 0.6, 1.9), ("hi", 2.1, 2.5),
+                   ("yes", 3.9, 4.4), ("so", 4.5, 5.0), ("again", 9.1, 9.5),
+                   ("late", 10.2, 10.6), ("x", 30.0, 30.1))
+    result = assemble(words, turns)
+    _invariants(result, words, turns)
+    assert [(u.speaker, u.text) for u in result.utterances] == [
+        ("speaker_1", "hello there"), ("speaker_2", "hi"), ("speaker_1", "yes so"),
+        ("speaker_1", "again late"), ("speaker_3", "x")]
+    # "yes" straddles 4.0: it overlaps speaker 5 (0.2 s) more than speaker 2 (0.1 s).
+    assert {s.id: s.speaking_time for s in result.speakers} == {
+        "speaker_1": 4.8, "speaker_2": 2.0, "speaker_3": 1.0}
+
+
+def test_assemble_long_pause_splits() -> None:
+    turns = [SpeakerTurn(0, 0.0, 10.0)]
+    words = _words(("a", 0.0, 0.5), ("b", 1.0, 1.5), ("c", 3.5, 4.0))
+    assert [u.text for u in assemble(words, turns).utterances] == ["a b", "c"]
+    long = assemble(words, turns, AssembleOptions(max_pause=5.0))
+    assert [u.text for u in long.utterances] == ["a b c"]
+
+
+def test_assemble_overlapping_turns_overlap_utterances() -> None:
+    """A backchannel inside another speaker's turn does not cut that speaker's utterance."""
+    turns = [SpeakerTurn(0, 0.0, 4.0), SpeakerTurn(1, 2.0, 2.5), SpeakerTurn(1, 4.2, 5.0)]
+    words = _words(("one", 0.0, 0.9), ("two", 1.0, 1.9), ("yeah", 2.0, 2.4),
+                   ("three", 2.5, 2.8), ("four", 3.0, 3.6), ("ok", 4.3, 4.8))
+    result = assemble(words, turns)
+    _invariants(result, words, turns)
+    assert [(u.speaker, u.text) for u in result.utterances] == [
+        ("speaker_1", "one two three four"), ("speaker_2", "yeah"), ("speaker_2", "ok")]
+    a, b, _ = result.utterances
+    assert b.start < a.end, "overlapping speech gives overlapping utterances"
+    assert [s.speaking_time for s in result.speakers] == [4.0, 1.3]
+
+
+def test_assemble_edges() -> None:
+    empty = assemble([], [SpeakerTurn(0, 0.0, 1.0)])
+    assert (empty.text, empty.speakers, empty.utterances, empty.words) == ("", [], [], [])
+    words = _words((" hi ", 1.23456, 1.5), ("there", 1.6, 1.9))
+    result = assemble(words, [])
+    assert result.text == "hi there" and result.words[0].start == 1.235
+    assert [s.id for s in result.speakers] == ["speaker_1"]
+    assert result.speakers[0].speaking_time == pytest.approx(0.665)
