@@ -24,17 +24,23 @@ async def account_resource(ctx: Context, account: AccountRow) -> Account:
 
 
 class ModelsHandler(BaseHandler):
+    QUERY = {"GET": ()}
+
     async def get(self) -> None:
         self.send(MODELS)
 
 
 class AccountHandler(BaseHandler):
+    QUERY = {"GET": ()}
+
     async def get(self) -> None:
         principal = await self.authenticate()
         self.send(await account_resource(self.ctx, principal.account))
 
 
 class HealthHandler(BaseHandler):
+    QUERY = {"GET": ()}
+
     async def get(self) -> None:
         components = await self.ctx.health()
         ok = all(c.ok for c in components.values())

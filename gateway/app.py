@@ -11,8 +11,12 @@ from stores.context import Context
 from .account import AccountHandler, HealthHandler, ModelsHandler
 from .base import NotFoundHandler
 from .console import console_routes
+from .files import FilesHandler, PresignedUploadHandler, UploadUrlHandler
 from .jobs import JobService
+from .openapi import OpenApiHandler
+from .subtitles_handler import SubtitlesHandler
 from .transcripts import TranscriptHandler, TranscriptsHandler
+from .usage import UsageHandler
 
 __all__ = ["make_app", "make_console_app", "api_routes"]
 
@@ -25,6 +29,12 @@ def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/v1/account", AccountHandler, deps),
         (r"/v1/transcripts", TranscriptsHandler, jobs),
         (r"/v1/transcripts/([^/]+)", TranscriptHandler, jobs),
+        (r"/v1/transcripts/([^/]+)/subtitles", SubtitlesHandler, jobs),
+        (r"/v1/files", FilesHandler, deps),
+        (r"/v1/files/upload-url", UploadUrlHandler, deps),
+        (r"/v1/uploads/([^/]+)", PresignedUploadHandler, deps),
+        (r"/v1/usage", UsageHandler, deps),
+        (r"/v1/openapi\.json", OpenApiHandler, deps),
         (r"/health", HealthHandler, deps),
     ]
 

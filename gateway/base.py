@@ -57,6 +57,9 @@ class BaseHandler(tornado.web.RequestHandler):
     """Handlers get the process ``Context`` through ``initialize``, never from globals."""
 
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
+    QUERY: dict[str, tuple[str, ...]] = {}
+    """Query parameters per method; any other one is refused with 400 naming it. A method
+    not listed here is not checked."""
 
     def initialize(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -68,6 +71,11 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def prepare(self) -> None:
         self.set_header("x-request-id", self.request_id)
+        allowed = self.QUERY.get(self.request.method or "")
+        if allowed is not None:
+            for name in self.request.query_arguments:
+                if name not in allowed:
+                    raise InvalidRequest(f"Unknown query parameter {name!r}.", param=name)
 
     # --- responses ----------------------------------------------------------------------------
 

@@ -1,7 +1,9 @@
 """The console: account and key administration on its own loopback listener.
 
 Spec 5.4: keys and account settings change only from a console, never with an
-API key. ``a5s admin`` is the client of this API; it authenticates with the
+API key. It also runs operator maintenance (``POST /console/v1/maintenance/sweep``,
+the retention sweep of ``pipeline.retention``, optionally "as of" a later ``now``).
+``a5s admin`` is the client of this API; it authenticates with the
 console token (``A5S_CONSOLE_TOKEN``, or the 0600 file ``console.token`` in the
 data directory).
 """
@@ -26,7 +28,7 @@ from .account import account_resource
 from .base import BaseHandler
 
 __all__ = ["console_routes", "console_token", "NewAccount", "AccountChange", "NewKey",
-           "CreatedKey", "KeyInfo", "ConsoleAccount"]
+           "CreatedKey", "KeyInfo", "ConsoleAccount", "SweepRequest"]
 
 
 def console_token(settings: Settings) -> str:
@@ -169,6 +171,20 @@ class WebhookSecretHandler(ConsoleHandler):
         self.finish({"account_id": row.id, "webhook_secret": row.webhook_secret})
 
 
+class SweepRequest(_Body):
+    now: datetime | None = None
+    """Sweep as of this instant (RFC 3339) instead of the clock: what expires by then goes."""
+
+
+class MaintenanceSweepHandler(ConsoleHandler):
+    """``POST /console/v1/maintenance/sweep``: run the retention sweep now (idempotent)."""
+
+    async def post(self) -> None:
+        from pipeline.retention import sweep
+        body = self.body_as(SweepRequest) if self.request.body else SweepRequest()
+        self.send(await sweep(self.ctx, body.now))
+
+
 def console_routes(ctx: Any, token: str) -> list[tuple[str, type, dict[str, Any]]]:
     deps = {"ctx": ctx, "token": token}
     return [
@@ -177,4 +193,5 @@ def console_routes(ctx: Any, token: str) -> list[tuple[str, type, dict[str, Any]
         (r"/console/v1/accounts/([^/]+)/keys", KeysHandler, deps),
         (r"/console/v1/keys/([^/]+)", KeyItemHandler, deps),
         (r"/console/v1/accounts/([^/]+)/webhook-secret", WebhookSecretHandler, deps),
+        (r"/console/v1/maintenance/sweep", MaintenanceSweepHandler, deps),
     ]

@@ -33,6 +33,8 @@ def parse_list_query(limit: str | None, status: str | None,
 
 
 class TranscriptsHandler(BaseHandler):
+    QUERY = {"GET": ("limit", "status", "before"), "POST": ()}
+
     def initialize(self, ctx, jobs: JobService) -> None:  # type: ignore[override]
         super().initialize(ctx)
         self.jobs = jobs
@@ -60,6 +62,8 @@ class TranscriptsHandler(BaseHandler):
 
 
 class TranscriptHandler(BaseHandler):
+    QUERY = {"GET": (), "DELETE": ()}
+
     def initialize(self, ctx, jobs: JobService) -> None:  # type: ignore[override]
         super().initialize(ctx)
         self.jobs = jobs

@@ -11,9 +11,12 @@ small run still covers every source.
 
 WER is pooled over all scored words (errors / reference words) after
 lowercasing and removing punctuation on both sides; a second figure also
-spells numbers 0-999 as words on both sides, since a reference may say "one"
-where Whisper writes "1". RTF is wall time (decode, VAD and recognition) over
-audio duration on this machine.
+spells numbers 0-999 and "mr", "mrs", "dr", "ok" out on both sides, since a
+reference may say "one" or "mister" where Whisper writes "1" or "Mr.". RTF is
+wall time (decode, VAD and recognition) over audio duration on this machine;
+Whisper encodes a full 30 s window however short the audio, so clips of a few
+seconds cost nearly as much as 30 s ones and the RTF of long items is given
+apart.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ __all__ = ["main", "plain_words", "spoken_numbers", "select_items"]
 
 DEFAULT_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
 SCORED_QUALITY = ("exact", "similar")
+LONG_S = 10.0
+"""Items at least this long (seconds) get their own RTF line."""
 _PUNCT = re.compile(r"[^a-z0-9' ]+")
 _DESCRIPTION = re.compile(r"^\s*[(<\[].*[)>\]]\s*$")
 _ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
@@ -60,10 +65,29 @@ def _say(n: int) -> str:
     return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " " + _say(rest))
 
 
+_SPELLED = {"mr": "mister", "mrs": "missus", "dr": "doctor", "ok": "okay"}
+_ORDINAL = re.compile(r"^(\d{1,3})(?:st|nd|rd|th)$")
+_ORDINAL_WORDS = {"one": "first", "two": "second", "three": "third", "five": "fifth",
+                  "eight": "eighth", "nine": "ninth", "twelve": "twelfth"}
+
+
+def _say_ordinal(n: int) -> str:
+    *head, last = _say(n).split()
+    last = _ORDINAL_WORDS.get(last) or (last[:-1] + "ieth" if last.endswith("y") else last + "th")
+    return " ".join([*head, last])
+
+
+def _spell(word: str) -> str:
+    if word.isdigit() and int(word) < 1000:
+        return _say(int(word))
+    if match := _ORDINAL.match(word):
+        return _say_ordinal(int(match.group(1)))
+    return _SPELLED.get(word, word)
+
+
 def spoken_numbers(text: str) -> str:
-    """:func:`plain_words`, then whole numbers 0-999 spelled out."""
-    return " ".join(_say(int(w)) if w.isdigit() and int(w) < 1000 else w
-                    for w in plain_words(text).split())
+    """:func:`plain_words`, then numbers 0-999 (and "12th") and a few abbreviations spelled out."""
+    return " ".join(_spell(w) for w in plain_words(text).split())
 
 
 @dataclass
@@ -119,7 +143,8 @@ def main(argv: list[str] | None = None) -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base", help="alias (base, tiny.en) or CTranslate2 dir")
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")
-    parser.add_argument("--cache-dir", type=Path, default=Path(tempfile.gettempdir()) / "a5s-models")
+    parser.add_argument("--cache-dir", type=Path,
+                        default=Path(tempfile.gettempdir()) / "a5s-models")
     parser.add_argument("--limit", type=int, help="at most N items, round-robin across groups")
     parser.add_argument("--group", action="append", default=[],
                         help="only paths containing this (repeatable), e.g. asterisk_16k")
@@ -163,22 +188,30 @@ def report(results: list[Result]) -> None:
     described = [r for r in results if not r.reference]
     audio = sum(r.duration for r in results)
     wall = sum(r.seconds for r in results)
-    print("\n group            items  audio s   rtf    wer   wer(numbers as words)")
+    print("\n group            items  audio s   rtf    wer   wer(spelled out)")
     for group in sorted({r.group for r in results}):
         rows = [r for r in results if r.group == group]
         rs = [r for r in rows if r.reference]
-        w = f"{wer(rs, plain_words)[0]:6.1%}  {wer(rs, spoken_numbers)[0]:6.1%}" if rs else "     -       -"
+        w = (f"{wer(rs, plain_words)[0]:6.1%}  {wer(rs, spoken_numbers)[0]:6.1%}" if rs
+             else "     -       -")
         print(f" {group:16s} {len(rows):5d} {sum(r.duration for r in rows):8.1f} "
               f"{sum(r.seconds for r in rows) / sum(r.duration for r in rows):5.3f} {w}")
     if scored:
         plain, words = wer(scored, plain_words)
         spoken, _ = wer(scored, spoken_numbers)
         print(f"\nOVERALL: {len(scored)} scored items, {words} reference words: "
-              f"WER {plain:.2%} (lowercase, no punctuation); {spoken:.2%} (numbers as words)")
+              f"WER {plain:.2%} (lowercase, no punctuation); "
+              f"{spoken:.2%} (numbers etc. spelled out)")
     if described:
         stray = sum(len(r.hypothesis.split()) for r in described)
-        print(f"non-verbal references (silence, beeps): {len(described)} items, {stray} words output")
+        print(f"non-verbal references (silence, beeps): {len(described)} items, "
+              f"{stray} words output")
     print(f"audio {audio:.1f} s, wall {wall:.1f} s, RTF {wall / max(audio, 1e-9):.3f}")
+    long = [r for r in results if r.duration >= LONG_S]
+    if long:
+        long_audio = sum(r.duration for r in long)
+        print(f"items of {LONG_S:g} s or more: {len(long)}, audio {long_audio:.1f} s, "
+              f"RTF {sum(r.seconds for r in long) / long_audio:.3f}")
 
 
 if __name__ == "__main__":

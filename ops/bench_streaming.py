@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import io
 import os
 import re
 import resource
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -40,10 +40,10 @@ from pathlib import Path
 import jiwer
 import numpy as np
 
-from ops.bench_diarization import load_audio
-from pipeline.realtime import (EngineOptions, ModelOptions, RealtimeEngine, StreamingModels, Update,
-                               silero_vad_path, whisper_base_dir, whisper_tiny_en_dir)
-from pipeline.realtime.vad import VAD_WINDOW, SileroVad
+from pipeline.audio import decode_to_pcm
+from pipeline.realtime import (EngineOptions, ModelOptions, RealtimeEngine, StreamingModels,
+                               StreamingVad, Update, default_vad_path)
+from pipeline.realtime.vad import VAD_WINDOW
 
 __all__ = ["main", "CLIPS", "normalize", "build_stream"]
 
@@ -52,28 +52,27 @@ FRAME = 320
 """Samples per 20 ms frame."""
 
 CLIPS = [
-    ("real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0870.wav",
-     "and mister john dashwood had then leisure to consider how much there might be prudently in his power to do for them"),
-    ("real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0880.wav", None),
-    ("real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0890.wav", None),
-    ("real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0920.wav", None),
-    ("real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0930.wav", None),
-    ("real/whisper/jfk.flac", None),
-    ("real/deepspeech/LDC93S1.wav", None),
-    ("real/speechbrain/LJ050-0131.wav", None),
-    ("real/speechbrain/spk1_snt1.wav", None),
-    ("real/speechbrain/spk1_snt3.wav", None),
-    ("real/speechbrain/spk1_snt4.wav", None),
-    ("real/speechbrain/spk1_snt5.wav", None),
-    ("real/speechbrain/spk2_snt2.wav", None),
-    ("real/speechbrain/spk2_snt4.wav", None),
-    ("real/pocketsphinx/forever_input_2_16k.wav", None),
-    ("real/asterisk_16k/agent-incorrect.wav", None),
-    ("real/asterisk_16k/agent-pass.wav", None),
-    ("real/asterisk_16k/agent-newlocation.wav", None),
-    ("real/asterisk_16k/at-tone-time-exactly.wav", None),
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0870.wav",
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0880.wav",
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0890.wav",
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0920.wav",
+    "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0930.wav",
+    "real/whisper/jfk.flac",
+    "real/deepspeech/LDC93S1.wav",
+    "real/speechbrain/LJ050-0131.wav",
+    "real/speechbrain/spk1_snt1.wav",
+    "real/speechbrain/spk1_snt3.wav",
+    "real/speechbrain/spk1_snt4.wav",
+    "real/speechbrain/spk1_snt5.wav",
+    "real/speechbrain/spk2_snt2.wav",
+    "real/speechbrain/spk2_snt4.wav",
+    "real/pocketsphinx/forever_input_2_16k.wav",
+    "real/asterisk_16k/agent-incorrect.wav",
+    "real/asterisk_16k/agent-pass.wav",
+    "real/asterisk_16k/agent-newlocation.wav",
+    "real/asterisk_16k/at-tone-time-exactly.wav",
 ]
-"""(path under the eval root, reference override); ``None`` takes the manifest reference."""
+"""Clips under the eval root (references from ``manifest.json``; none has digits)."""
 
 GAP_S = 1.0
 
@@ -86,6 +85,13 @@ def normalize(text: str) -> str:
     return " ".join(text.split())
 
 
+def load_pcm(path: Path) -> np.ndarray:
+    """A file decoded the way the service decodes uploads, as float32."""
+    out = io.BytesIO()
+    decode_to_pcm(path, out)
+    return np.frombuffer(out.getvalue(), dtype="<i2").astype(np.float32) / 32768
+
+
 def build_stream(eval_dir: Path, order: list[int]) -> tuple[np.ndarray, str]:
     """The session audio (int16) and its reference, clips in ``order`` with pauses."""
     import json
@@ -94,17 +100,17 @@ def build_stream(eval_dir: Path, order: list[int]) -> tuple[np.ndarray, str]:
     rng = np.random.default_rng(0)
     parts, refs = [], []
     for idx in order:
-        path, ref = CLIPS[idx]
-        parts.append(load_audio(eval_dir / path))
+        path = CLIPS[idx]
+        parts.append(load_pcm(eval_dir / path))
         # A faint noise floor in the pauses: real microphones never send digital zeros.
         parts.append(rng.normal(0, 3e-4, int(GAP_S * SR)).astype(np.float32))
-        refs.append(ref or manifest[path]["reference_text"])
+        refs.append(manifest[path]["reference_text"])
     audio = np.concatenate([rng.normal(0, 3e-4, int(0.5 * SR)).astype(np.float32)] + parts)
     pcm = np.clip(audio * 32768, -32768, 32767).astype("<i2")
     return pcm, " ".join(refs)
 
 
-def phrase_marks(vad: SileroVad, pcm: np.ndarray) -> tuple[list[float], list[float]]:
+def phrase_marks(vad: StreamingVad, pcm: np.ndarray) -> tuple[list[float], list[float]]:
     """Phrase starts and ends, s (see the module docstring)."""
     probs = vad.stream().accept(pcm.astype(np.float32) / 32768)
     starts, ends, speaking = [], [], False
@@ -178,9 +184,11 @@ def score(results: list[SessionResult]) -> dict[str, float]:
     return {
         "wer": wer.wer, "sub": wer.substitutions, "del": wer.deletions, "ins": wer.insertions,
         "words": sum(len(x.split()) for x in refs),
-        "final_median": pct(latencies, 50), "final_p95": pct(latencies, 95), "final_max": max(latencies, default=float("nan")),
+        "final_median": pct(latencies, 50), "final_p95": pct(latencies, 95),
+        "final_max": max(latencies, default=float("nan")),
         "finals": len(latencies),
-        "first_median": pct(firsts, 50), "first_p95": pct(firsts, 95), "first_max": max(firsts, default=float("nan")),
+        "first_median": pct(firsts, 50), "first_p95": pct(firsts, 95),
+        "first_max": max(firsts, default=float("nan")),
         "send_lag_max": max(r.max_send_lag for r in results),
         "finish_max": max(r.finish_s for r in results),
         "partials": sum(1 for r in results for _, u in r.updates if not u.is_final),
@@ -188,7 +196,7 @@ def score(results: list[SessionResult]) -> dict[str, float]:
 
 
 async def run(models: StreamingModels, options: EngineOptions, sessions: int, eval_dir: Path,
-              vad: SileroVad) -> tuple[dict[str, float], list[SessionResult], float, float]:
+              vad: StreamingVad) -> tuple[dict[str, float], list[SessionResult], float, float]:
     results = []
     for k in range(sessions):
         order = list(range(len(CLIPS)))
@@ -220,7 +228,8 @@ def _parse_sets(items: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sessions", type=int, action="append", help="concurrent sessions (repeatable; default 1 and 5)")
+    parser.add_argument("--sessions", type=int, action="append",
+                        help="concurrent sessions (repeatable; default 1 and 5)")
     parser.add_argument("--eval", type=Path, default=Path(__file__).resolve().parents[2] / "shared" / "eval")
     parser.add_argument("--final-model", choices=["tiny", "base"], default="tiny")
     parser.add_argument("--cache", type=Path, default=Path(tempfile.gettempdir()) / "a5s-models")
@@ -230,13 +239,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--show", action="store_true", help="print each session's transcript")
     args = parser.parse_args(argv)
     options = EngineOptions(**_parse_sets(args.set))
-    final_dir = whisper_base_dir(args.cache) if args.final_model == "base" else None
     t = time.perf_counter()
-    models = StreamingModels(silero_vad_path(), whisper_tiny_en_dir(), final_dir,
-                             ModelOptions(cpu_threads=args.threads, num_workers=options.decode_workers))
+    models = StreamingModels.from_specs(
+        args.cache, "tiny.en", "base" if args.final_model == "base" else None,
+        ModelOptions(cpu_threads=args.threads, num_workers=options.decode_workers))
     print(f"models loaded in {time.perf_counter() - t:.1f} s; final model {args.final_model}; "
           f"cores {os.cpu_count()}; options {options.model_dump()}")
-    vad = SileroVad(silero_vad_path())
+    vad = StreamingVad(default_vad_path())
     for n in args.sessions or [1, 5]:
         load0 = os.getloadavg()[0]
         s, results, cpu_rtf, wall = asyncio.run(run(models, options, n, args.eval, vad))
@@ -246,7 +255,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"WER {s['wer'] * 100:.2f}% (S{s['sub']} D{s['del']} I{s['ins']} of {s['words']} words)")
         print(f"final latency: median {s['final_median']:.2f} s, p95 {s['final_p95']:.2f} s, "
               f"max {s['final_max']:.2f} s over {s['finals']} finals")
-        print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, max {s['first_max']:.2f} s")
+        print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, "
+              f"max {s['first_max']:.2f} s")
         print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finish after last frame "
               f"{s['finish_max']:.2f} s (max), CPU {cpu_rtf:.2f} s per audio s per session, "
               f"{s['partials']} partial updates")

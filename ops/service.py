@@ -25,7 +25,8 @@ __all__ = ["run", "ensure_default_account", "ROLES"]
 
 log = logging.getLogger("a5s")
 ROLES = {"gateway", "worker"}
-PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize"}
+PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize", "publish",
+                   "webhooks", "retention"}
 
 
 async def ensure_default_account(ctx: Context) -> None:
@@ -47,8 +48,9 @@ def _start_http(ctx: Context) -> list[Any]:
     from gateway.app import make_app, make_console_app
     from gateway.console import console_token
     s = ctx.settings
-    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=s.max_upload_bytes +
-                                    (1 << 20), idle_connection_timeout=120),
+    # JSON bodies are small; the upload handlers stream and raise this limit per request.
+    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=1 << 20,
+                                    idle_connection_timeout=120),
                make_console_app(ctx, console_token(s)).listen(s.console_port,
                                                               address="127.0.0.1")]
     log.info("gateway: API on http://%s:%d, console on 127.0.0.1:%d", s.host, s.port,
@@ -59,7 +61,9 @@ def _start_http(ctx: Context) -> list[Any]:
 def run(settings: Settings, roles: set[str]) -> int:
     logging.basicConfig(level=settings.log_level, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    for noisy in ("aiokafka", "faust", "mode", "kafka"):
+    # httpx logs every request URL at INFO: audio_url and webhook_url are client data
+    # (presigned URLs carry credentials) and must not outlive their transcript in logs.
+    for noisy in ("aiokafka", "faust", "mode", "kafka", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings.data_path.mkdir(parents=True, exist_ok=True)

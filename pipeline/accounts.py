@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from schemas.records import (AccountEvent, AccountLimits, Admission, Canceled, Dispatch,
                              DurationKnown, Finished, LimitsChanged, SessionClosed,
-                             SessionOpened, Submitted)
+                             SessionOpened, Settled, Submitted)
 
 __all__ = ["AccountState", "Running", "Effects", "StateChange", "apply", "RECENT_MAX"]
 
@@ -66,6 +66,7 @@ class StateChange(BaseModel):
 class Effects(BaseModel):
     dispatch: list[Dispatch] = Field(default_factory=list)
     admissions: list[Admission] = Field(default_factory=list)
+    settled: list[Settled] = Field(default_factory=list)
     changes: list[StateChange] = Field(default_factory=list)
     dequeued: list[str] = Field(default_factory=list)
     """Ids that left the waiting queue (for the gateway's queue-size set)."""
@@ -112,12 +113,17 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
         case Finished():
             tid = event.transcript_id
             run = state.processing.pop(tid, None)
-            if run is not None:
-                if event.status == "completed":
+            if run is not None or tid in state.recent:
+                if run is not None and event.status == "completed":
                     counted = event.duration if event.duration is not None else run.duration
                     state.used += counted or 0.0
                     fx.usage_seconds = counted or 0.0
                 state.forget(tid)
+                # A replay settles again (publishing is idempotent) but never counts twice.
+                fx.settled.append(Settled(
+                    account_id=event.account_id, transcript_id=tid, status=event.status,
+                    duration=event.duration, error_code=event.error_code,
+                    error_message=event.error_message))
         case LimitsChanged():
             state.limits = event.limits
         case SessionOpened():

@@ -21,11 +21,13 @@ from schemas.settings import Settings
 from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.graph import node
-from topologies.topics import ADMISSIONS, DISPATCH, TopicSpec
+from topologies.topics import ADMISSIONS, DISPATCH, SETTLED, TopicSpec
 
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
+from .retention import SWEEP_INTERVAL_S, sweep_once
 from .stages import Stages
+from .webhooks import SCAN_INTERVAL_S, WebhookScheduler, WebhookSender
 
 __all__ = ["create_app", "Pipeline"]
 
@@ -76,14 +78,35 @@ class Pipeline:
         handlers: dict[str, Callable[[Any], Awaitable[None]]] = {
             "decode": self.stages.decode, "chunk": self.stages.chunk,
             "transcribe": self.stages.transcribe, "diarize": self.stages.diarize,
-            "finalize": self.stages.finalize,
+            "finalize": self.stages.finalize, "publish": self.stages.publish_outcome,
         }
         if "accounts" in names:
             self._agent("accounts", self.on_account_event, retries=None)
+        if "webhooks" in names:
+            self._register_webhooks()
+        if "retention" in names:
+            self.app.timer(SWEEP_INTERVAL_S, name="a5s.retention")(self.sweep)
         for name, handler in handlers.items():
             if name in names:
-                self._agent(name, handler, retries=None if name == "finalize" else
-                            self.settings.stage_retries)
+                self._agent(name, handler, retries=None if name in ("finalize", "publish")
+                            else self.settings.stage_retries)
+
+    def _register_webhooks(self) -> None:
+        """The ``webhooks`` agent fills the delivery table; a timer delivers what is due."""
+        self.webhooks = WebhookScheduler(
+            self.app, self.ctx, WebhookSender(self.ctx, self.transcripts),
+            topic=self.settings.topic_prefix + node("webhooks").reads[0].name)
+        self._agent("webhooks", self.webhooks.on_due, retries=None)
+        self.app.timer(SCAN_INTERVAL_S, name="a5s.webhooks-due")(self.webhooks.tick)
+
+    async def sweep(self) -> None:
+        """The periodic retention sweep; a failure waits for the next interval."""
+        try:
+            await sweep_once(self.ctx)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the timer must keep running; the next sweep redoes it
+            log.warning("retention sweep failed: %r", exc, exc_info=True)
 
     def _agent(self, name: str, handler: Callable[[Any], Awaitable[None]],
                retries: int | None) -> None:
@@ -129,14 +152,18 @@ class Pipeline:
         account_id = event.account_id
         raw = self.accounts.get(account_id)
         state = AccountState.model_validate_json(raw) if raw else AccountState()
-        new, fx = apply(state, event, datetime.now(UTC))
-        await self._carry_out(fx)
-        self.accounts[account_id] = new.model_dump_json().encode()
+        now = datetime.now(UTC)
+        new, fx = apply(state, event, now)
+        # The ledger first: a client that sees a job completed also sees it counted.
         await self.ctx.redis.set_json({"used": new.used, "reserved": new.reserved,
                                        "processing": len(new.processing),
                                        "queued": len(new.queue)}, "ledger", account_id)
+        await self._carry_out(fx, now)
+        self.accounts[account_id] = new.model_dump_json().encode()
 
-    async def _carry_out(self, fx: Effects) -> None:
+    async def _carry_out(self, fx: Effects, now: datetime) -> None:
+        for settled in fx.settled:  # before the freed slot goes to the next job
+            await self.stages.settle(settled, now)
         for change in fx.changes:
             if change.status != "deleted":
                 await self.transcripts.change(change.transcript_id, change.status, change.at)
@@ -145,3 +172,5 @@ class Pipeline:
             await self.publish(DISPATCH, job.transcript_id, job)
         for verdict in fx.admissions:
             await self.publish(ADMISSIONS, verdict.transcript_id, verdict)
+        for settled in fx.settled:
+            await self.publish(SETTLED, settled.transcript_id, settled)

@@ -156,26 +156,17 @@ def decode_to_pcm(src: str | Path | BinaryIO, dst: BinaryIO, *,
         declared = _declared_duration(container, stream)
         if declared is not None and declared > max_duration_s + 1.0:
             raise too_long
-        channels = stream.codec_context.channels
-        resampler = av.AudioResampler(format="fltp", layout="stereo" if channels == 2 else "mono",
+        stereo = stream.codec_context.channels == 2
+        resampler = av.AudioResampler(format="fltp", layout="stereo" if stereo else "mono",
                                       rate=SAMPLE_RATE)
-        mixer = _StereoMixer() if channels == 2 else None
-        dc = _DcBlocker()
-        for frame in _decoded_frames(container, stream):
-            for out in _resample(resampler, frame):
-                planes = out.to_ndarray()
-                mono = mixer.mix(planes) if mixer is not None and planes.shape[0] == 2 else planes[0]
-                written += mono.shape[0]
-                if written > max_samples:
-                    raise too_long
-                dst.write(_to_int16(dc(mono)))
-        for out in _resample(resampler, None):
+        mixer, dc = _StereoMixer(), _DcBlocker()
+        for out in _resampled(resampler, _decoded_frames(container, stream)):
             planes = out.to_ndarray()
-            mono = mixer.mix(planes) if mixer is not None and planes.shape[0] == 2 else planes[0]
+            mono = mixer.mix(planes) if planes.shape[0] == 2 else planes[0]
             written += mono.shape[0]
+            if written > max_samples:
+                raise too_long
             dst.write(_to_int16(dc(mono)))
-    if written > max_samples:
-        raise too_long
     duration = written / SAMPLE_RATE
     if written == 0:
         raise JobFailed(JobErrorCode.invalid_audio, "The file contains no audio samples.")
@@ -209,7 +200,8 @@ def _decoded_frames(container: av.container.InputContainer,
         except av.error.FFmpegError as exc:
             if good == 0:
                 raise JobFailed(JobErrorCode.invalid_audio,
-                                f"The audio could not be read: the file is damaged ({exc}).") from exc
+                                f"The audio could not be read: the file is damaged ({exc})."
+                                ) from exc
             log.warning("audio container damaged after %d packets; keeping the audio before it: %s",
                         good, exc)
             break
@@ -226,9 +218,18 @@ def _decoded_frames(container: av.container.InputContainer,
         yield from frames
 
 
-def _resample(resampler: av.AudioResampler, frame: av.AudioFrame | None) -> list[av.AudioFrame]:
+def _resampled(resampler: av.AudioResampler,
+               frames: Iterator[av.AudioFrame]) -> Iterator[av.AudioFrame]:
+    """16 kHz float frames, including what the resampler holds back until the end."""
     with _map_av_errors("decoded"):
-        return resampler.resample(frame)
+        try:
+            for frame in frames:
+                yield from resampler.resample(frame)
+            yield from resampler.resample(None)
+        except ValueError as exc:  # a stream whose sample layout changes part-way
+            raise JobFailed(JobErrorCode.invalid_audio,
+                            "The audio could not be decoded: its format changes mid-stream "
+                            f"({exc}).") from exc
 
 
 def pcm_duration(path: str | Path) -> float:

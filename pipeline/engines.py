@@ -15,6 +15,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, TypeVar
 
+import numpy as np
+
 from schemas.records import TranscriptResult
 from schemas.settings import Settings
 
@@ -35,6 +37,7 @@ class Engines:
         self._lock = threading.Lock()
         self._asr: Any = None
         self._diarizer: Any = None
+        self._vad: Any = None
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
@@ -67,8 +70,16 @@ class Engines:
                 log.info("models: speaker embeddings loaded")
             return self._diarizer
 
+    @property
+    def vad(self) -> Any:
+        with self._lock:
+            if self._vad is None:
+                from .vad import SileroVad
+                self._vad = SileroVad()
+            return self._vad
+
     def warm(self) -> None:
-        _ = self.asr, self.diarizer
+        _ = self.asr, self.diarizer, self.vad
 
     # --- work (called on the pool) ----------------------------------------------------------
 
@@ -79,7 +90,7 @@ class Engines:
     def speech(self, pcm: Path) -> tuple[list[Region], list[Region]]:
         from .vad import VadOptions, plan_chunks, speech_regions
         opts = VadOptions()
-        regions = speech_regions(pcm, opts)
+        regions = speech_regions(pcm, opts, self.vad)
         return regions, plan_chunks(regions, opts)
 
     def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
@@ -91,9 +102,11 @@ class Engines:
 
     def diarize(self, pcm: Path, speech: list[Region],
                 words: list[TimedWord]) -> TranscriptResult:
-        from .audio import read_pcm
         from .diarization import assemble
-        turns = self.diarizer.diarize(read_pcm(pcm), speech) if words else []
+        if not words:
+            return assemble(words, [])
+        with _PcmSamples(pcm) as samples:  # the diarizer reads only the speech regions
+            turns = self.diarizer.diarize(samples, speech)  # type: ignore[arg-type]
         return assemble(words, turns)
 
     # --- (de)serialising intermediate results -------------------------------------------------
@@ -113,3 +126,29 @@ class Engines:
     @staticmethod
     def load_words(raw: bytes) -> list[TimedWord]:
         return [TimedWord(**w) for w in json.loads(raw)]
+
+
+class _PcmSamples:
+    """A raw PCM file seen as float32 samples: ``len()`` and slices, read through a memory map.
+
+    Stands in for the whole-file array the diarizer takes, so a long file is never
+    loaded whole: each slice reads and converts only its span.
+    """
+
+    def __init__(self, path: Path) -> None:
+        from .audio import PCM_DTYPE
+        n = Path(path).stat().st_size // PCM_DTYPE.itemsize
+        self._map = np.memmap(path, dtype=PCM_DTYPE, mode="r", shape=(n,)) if n else \
+            np.zeros(0, dtype=PCM_DTYPE)
+
+    def __enter__(self) -> "_PcmSamples":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        del self._map
+
+    def __len__(self) -> int:
+        return int(self._map.shape[0])
+
+    def __getitem__(self, index: slice) -> np.ndarray:
+        return self._map[index].astype(np.float32) / np.float32(32768.0)

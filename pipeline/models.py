@@ -52,7 +52,8 @@ def resolve_whisper(spec: str, cache_dir: Path) -> Path:
         missing = [n for n in _CT2_FILES if not (path / n).is_file()]
         if missing:
             raise FileNotFoundError(
-                f"{path} is not a CTranslate2 Whisper model directory: missing {', '.join(missing)}")
+                f"{path} is not a CTranslate2 Whisper model directory: "
+                f"missing {', '.join(missing)}")
         return path
     if spec == "tiny.en":
         return _tiny_en()
@@ -68,7 +69,8 @@ def _package_dir(package: str, distribution: str) -> Path:
         return Path(str(files(package)))
     except ModuleNotFoundError as exc:
         raise FileNotFoundError(
-            f"The model package {distribution!r} is not installed (pip install {distribution}).") from exc
+            f"The model package {distribution!r} is not installed "
+            f"(pip install {distribution}).") from exc
 
 
 def _tiny_en() -> Path:
@@ -126,7 +128,7 @@ class TransducerFiles:
 
 
 def resolve_transducer(model_dir: str | Path, *, prefer_int8: bool = False) -> TransducerFiles:
-    """Find ``encoder*.onnx``, ``decoder*.onnx``, ``joiner*.onnx`` and ``tokens.txt`` in a directory.
+    """Find ``encoder*.onnx``, ``decoder*.onnx``, ``joiner*.onnx`` and ``tokens.txt``.
 
     icefall exports name files like ``encoder-epoch-99-avg-1.onnx`` with an
     ``.int8.onnx`` twin; ``prefer_int8`` picks the quantised one where both exist.
@@ -145,7 +147,8 @@ def resolve_transducer(model_dir: str | Path, *, prefer_int8: bool = False) -> T
         choice = (int8 or plain) if prefer_int8 else (plain or int8)
         if len(choice) != 1:
             raise FileNotFoundError(
-                f"Expected one {part}*.onnx in {model_dir}, found {[p.name for p in choice] or 'none'}")
+                f"Expected one {part}*.onnx in {model_dir}, "
+                f"found {[p.name for p in choice] or 'none'}")
         return choice[0]
 
     tokens = model_dir / "tokens.txt"

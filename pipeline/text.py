@@ -77,7 +77,8 @@ def normalise_words(words: Iterable[TimedWord]) -> list[TimedWord]:
     return out
 
 
-def collapse_repeats(words: list[TimedWord], max_repeats: int, max_ngram: int = 6) -> list[TimedWord]:
+def collapse_repeats(words: list[TimedWord], max_repeats: int,
+                     max_ngram: int = 6) -> list[TimedWord]:
     """Cut runaway repetition loops down to one copy.
 
     A decoder stuck in a loop writes the same word or phrase many times over

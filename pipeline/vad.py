@@ -11,7 +11,6 @@ stays fixed whatever the length of the file.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from importlib.resources import files
 from pathlib import Path
 
@@ -63,8 +62,8 @@ class VadOptions(BaseModel):
 class SileroVad:
     """The Silero VAD sequence model, loaded once and reused across files.
 
-    Not thread-safe: each thread needs its own instance (ONNX Runtime sessions
-    are, but the instance is cheap and keeps no per-file state anyway).
+    Safe to share between threads: ONNX Runtime sessions are, and the LSTM
+    state of a file lives in each :meth:`probabilities` call.
     """
 
     def __init__(self, model_path: str | Path | None = None) -> None:
@@ -72,7 +71,7 @@ class SileroVad:
         options = ort.SessionOptions()
         options.inter_op_num_threads = 1
         options.intra_op_num_threads = 1
-        options.log_severity_level = 3  # the export carries unused initialisers; not worth a warning
+        options.log_severity_level = 3  # the export has unused initialisers: no warning
         self._session = ort.InferenceSession(str(path), sess_options=options,
                                              providers=["CPUExecutionProvider"])
 
@@ -99,7 +98,6 @@ class SileroVad:
             yield probs.reshape(-1)
 
 
-@dataclass
 class _Segmenter:
     """Turns frame probabilities into raw speech spans (frame indices), one frame at a time.
 
@@ -108,19 +106,18 @@ class _Segmenter:
     at its longest pause once it reaches the maximum length.
     """
 
-    opts: VadOptions
-    spans: list[tuple[int, int]] = field(default_factory=list)
-    _start: int | None = None
-    _silence_from: int | None = None
-    _pauses: list[tuple[int, int]] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        o = self.opts
-        self._neg = o.neg_threshold if o.neg_threshold is not None else max(o.threshold - 0.15, 0.01)
-        self._min_silence = o.min_silence_ms / 1000 / _FRAME_S
-        self._min_split_silence = o.min_split_silence_ms / 1000 / _FRAME_S
-        pad = o.speech_pad_ms / 1000
-        self._max_speech = max(1.0, (o.max_speech_s - 2 * pad) / _FRAME_S - 1)
+    def __init__(self, opts: VadOptions) -> None:
+        self.opts = opts
+        self.spans: list[tuple[int, int]] = []
+        self._start: int | None = None
+        self._silence_from: int | None = None
+        self._pauses: list[tuple[int, int]] = []  # (silence start, speech resumes)
+        self._neg = (opts.neg_threshold if opts.neg_threshold is not None
+                     else max(opts.threshold - 0.15, 0.01))
+        self._min_silence = opts.min_silence_ms / 1000 / _FRAME_S
+        self._min_split_silence = opts.min_split_silence_ms / 1000 / _FRAME_S
+        pad = opts.speech_pad_ms / 1000
+        self._max_speech = max(1.0, (opts.max_speech_s - 2 * pad) / _FRAME_S - 1)
 
     def feed(self, first: int, probs: np.ndarray) -> None:
         thr, neg = self.opts.threshold, self._neg
@@ -139,24 +136,28 @@ class _Segmenter:
                 if self._silence_from is None:
                     self._silence_from = i
                 if i - self._silence_from >= self._min_silence:
-                    self.spans.append((self._start, self._silence_from))
+                    self._close(self._start, self._silence_from)
                     self._start = self._silence_from = None
                     self._pauses = []
 
     def _split(self, i: int) -> None:
         if self._pauses:
             end, resume = max(self._pauses, key=lambda s: s[1] - s[0])
-            self.spans.append((self._start, end))
+            self._close(self._start, end)
             self._start = resume
-        else:
-            self.spans.append((self._start, i))
+        else:  # no pause to cut at: cut here, or where the current silence began
+            self._close(self._start, self._silence_from if self._silence_from is not None else i)
             self._start = i
         self._pauses = [s for s in self._pauses if s[0] >= self._start]
 
     def finish(self, n_frames: int) -> None:
         if self._start is not None:
-            self.spans.append((self._start, n_frames))
+            self._close(self._start, n_frames)
             self._start = None
+
+    def _close(self, start: int, end: int) -> None:
+        if end > start:  # a hard cut inside a silence can leave nothing after it
+            self.spans.append((start, end))
 
 
 def _pcm_blocks(pcm_path: Path, block_samples: int) -> Iterator[np.ndarray]:

@@ -11,7 +11,8 @@ what the client reads; ``log`` carries detail for operators only.
     ├── Unauthorized              401 unauthorized
     ├── PermissionDenied          403 (abstract)
     │   ├── AccountSuspended, AccountDisabled, SessionRequired,
-    │   └── UsageLimitReached, ModelAccessDenied
+    │   ├── UsageLimitReached, ModelAccessDenied
+    │   └── UploadUrlInvalid      403 upload_url_invalid (gateway-served presigned PUT only)
     ├── NotFound                  404 not_found
     │   └── FileNotFound          404 file_not_found
     ├── MethodNotAllowed          405 method_not_allowed
@@ -37,11 +38,11 @@ from pydantic import BaseModel, ConfigDict
 __all__ = [
     "A5sError", "InvalidRequest", "UnsupportedLanguage", "UnsupportedModel", "Unauthorized",
     "PermissionDenied", "AccountSuspended", "AccountDisabled", "SessionRequired",
-    "UsageLimitReached", "ModelAccessDenied", "NotFound", "FileNotFound", "MethodNotAllowed",
-    "IdempotencyConflict", "TranscriptNotReady", "FileTooLarge", "RateLimited", "QueueFull",
-    "InternalError", "UpstreamUnavailable", "UpstreamTimeout", "ErrorBody", "ErrorEnvelope",
-    "JobErrorCode", "JobFailed", "StreamErrorCode", "STREAM_CLOSE_CODES", "StreamError",
-    "HTTP_ERRORS",
+    "UsageLimitReached", "ModelAccessDenied", "UploadUrlInvalid", "NotFound", "FileNotFound",
+    "MethodNotAllowed", "IdempotencyConflict", "TranscriptNotReady", "FileTooLarge",
+    "RateLimited", "QueueFull", "InternalError", "UpstreamUnavailable", "UpstreamTimeout",
+    "ErrorBody", "ErrorEnvelope", "JobErrorCode", "JobFailed", "StreamErrorCode",
+    "STREAM_CLOSE_CODES", "StreamError", "HTTP_ERRORS",
 ]
 
 
@@ -128,6 +129,13 @@ class ModelAccessDenied(PermissionDenied):
     default_message = "This account has no access to the requested model."
 
 
+class UploadUrlInvalid(PermissionDenied):
+    """A presigned upload URL that is expired, altered or not issued by this service."""
+
+    code = "upload_url_invalid"
+    default_message = "The upload URL is expired or its signature does not match."
+
+
 class NotFound(A5sError):
     http_status, type, code = 404, "invalid_request_error", "not_found"
     default_message = "No such resource."
@@ -184,9 +192,9 @@ class UpstreamTimeout(A5sError):
 
 HTTP_ERRORS: tuple[type[A5sError], ...] = (
     InvalidRequest, UnsupportedLanguage, UnsupportedModel, Unauthorized, AccountSuspended,
-    AccountDisabled, SessionRequired, UsageLimitReached, ModelAccessDenied, NotFound,
-    FileNotFound, MethodNotAllowed, IdempotencyConflict, TranscriptNotReady, FileTooLarge,
-    RateLimited, QueueFull, InternalError, UpstreamUnavailable, UpstreamTimeout,
+    AccountDisabled, SessionRequired, UsageLimitReached, ModelAccessDenied, UploadUrlInvalid,
+    NotFound, FileNotFound, MethodNotAllowed, IdempotencyConflict, TranscriptNotReady,
+    FileTooLarge, RateLimited, QueueFull, InternalError, UpstreamUnavailable, UpstreamTimeout,
 )
 
 

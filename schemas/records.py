@@ -17,7 +17,7 @@ from .api import Speaker, Timestamp, Utterance, Word
 __all__ = [
     "Record", "AccountLimits", "JobSpec", "Submitted", "Canceled", "DurationKnown", "Finished",
     "LimitsChanged", "SessionOpened", "SessionClosed", "AccountEvent", "Dispatch", "Admission",
-    "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "WebhookDue", "CompletedTranscript",
+    "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
     "TranscriptResult", "RealtimeAudio", "RealtimeMessage",
 ]
 
@@ -75,11 +75,15 @@ class DurationKnown(Record):
 
 
 class Finished(Record):
+    """The job's result is stored; the accounts agent counts it, then settles it."""
+
     kind: Literal["finished"] = "finished"
     account_id: str
     transcript_id: str
     status: Literal["completed", "error"]
     duration: float | None = None
+    error_code: str | None = None
+    error_message: str | None = None
 
 
 class LimitsChanged(Record):
@@ -158,6 +162,17 @@ class JobOutcome(Record):
     status: Literal["completed", "error"]
     duration: float | None = None
     result_key: str | None = None
+    error_code: str | None = None
+    error_message: str | None = None
+
+
+class Settled(Record):
+    """Usage is counted and the slot released: the outcome may now be made visible."""
+
+    account_id: str
+    transcript_id: str
+    status: Literal["completed", "error"]
+    duration: float | None = None
     error_code: str | None = None
     error_message: str | None = None
 

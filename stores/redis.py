@@ -144,6 +144,13 @@ class RedisStore:
         async with map_redis_errors():
             await self.client.delete(self.k(*key))
 
+    async def names(self, kind: str) -> list[str]:
+        """The last key part of every ``kind:<name>`` key (SCAN, so never blocking Redis)."""
+        prefix = self.k(kind, "")
+        async with map_redis_errors():
+            return [key[len(prefix):] async for key in
+                    self.client.scan_iter(match=prefix.replace("*", r"\*") + "*", count=500)]
+
     async def ledger(self, account_id: str) -> LedgerSnapshot:
         value = await self.get_json("ledger", account_id)
         return LedgerSnapshot(value or {"used": 0.0, "reserved": 0.0, "processing": 0})

@@ -79,7 +79,34 @@ class Transcripts:
         new = row.model_copy(update=update)
         new.version = max(version_for(status, at), row.version + 1)
         await self.ch.insert("transcripts", [new.model_dump(include=set(_COLUMNS))])
+        if status == "deleted":
+            await self.purge_versions(row.account_id, row.id)
         return new
+
+    async def purge_versions(self, account_id: str, transcript_id: str) -> None:
+        """Drop a deleted transcript's earlier row versions, which still hold its metadata,
+        audio_url and webhook_url until a merge; only the emptied tombstone stays."""
+        await self.ch.command(
+            "DELETE FROM {db}.transcripts WHERE account_id = {a:String} AND id = {id:String} "
+            "AND deleted = 0", {"a": account_id, "id": transcript_id})
+
+    async def expired(self, now: datetime, limit: int = 500) -> list[TranscriptRow]:
+        """Finished transcripts past their account's ``retention_days``, oldest first."""
+        rows = await self.ch.query(
+            "SELECT t.* FROM {db}.transcripts AS t FINAL INNER JOIN "
+            "(SELECT id, retention_days FROM {db}.accounts FINAL) AS a ON t.account_id = a.id "
+            "WHERE t.deleted = 0 AND t.status IN ('completed', 'error') "
+            "AND t.completed_at IS NOT NULL "
+            "AND t.completed_at + toIntervalDay(a.retention_days) <= {now:DateTime64(3, 'UTC')} "
+            "ORDER BY t.completed_at LIMIT {n:UInt32}", {"now": now, "n": limit})
+        return [TranscriptRow.model_validate(r) for r in rows]
+
+    async def unpurged(self, limit: int = 500) -> list[tuple[str, str]]:
+        """(account_id, id) of deleted transcripts whose earlier versions are still stored."""
+        rows = await self.ch.query(
+            "SELECT account_id, id FROM {db}.transcripts GROUP BY account_id, id "
+            "HAVING max(deleted) = 1 AND min(deleted) = 0 LIMIT {n:UInt32}", {"n": limit})
+        return [(r["account_id"], r["id"]) for r in rows]
 
     async def set_webhook_status(self, transcript_id: str, code: int) -> None:
         row = await self.get(transcript_id)

@@ -6,8 +6,8 @@ This table is the source of truth: each agent is registered from its node here
     gateway ──account-events──► accounts ──dispatch──► decode ──account-events (duration)──► accounts
     accounts ──admissions──► chunk ──chunks──► transcribe ──transcribed──► diarize ──outcomes──► finalize
     decode/chunk/transcribe/diarize ──outcomes (failed)──► finalize
-    finalize ──account-events (finished)──► accounts;  finalize ──webhooks──► webhooks (re-queues retries)
-    finalize ──transcripts.completed──► data engineers
+    finalize ──account-events (finished)──► accounts ──settled──► publish
+    publish ──webhooks──► webhooks (a timer retries on schedule);  publish ──transcripts.completed──► data engineers
 
 Realtime::
 
@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .topics import (ACCOUNT_EVENTS, ADMISSIONS, CHUNKS, COMPLETED, DISPATCH, OUTCOMES,
-                     REALTIME_AUDIO, REALTIME_MESSAGES, TRANSCRIBED, WEBHOOKS, TopicSpec)
+                     REALTIME_AUDIO, REALTIME_MESSAGES, SETTLED, TRANSCRIBED, WEBHOOKS,
+                     TopicSpec)
 
 __all__ = ["Node", "GRAPH", "node", "describe"]
 
@@ -39,7 +40,7 @@ GRAPH: tuple[Node, ...] = (
     Node("gateway", reads=(REALTIME_MESSAGES,), writes=(ACCOUNT_EVENTS, REALTIME_AUDIO),
          summary="REST and WebSocket edge: admits requests, records transcripts, streams audio",
          stores=("clickhouse", "redis", "objects")),
-    Node("accounts", reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS),
+    Node("accounts", reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS, SETTLED),
          summary="single writer of per-account state: FIFO queue, processing slots, usage ledger",
          tables=("accounts",), stores=("clickhouse", "redis")),
     Node("decode", reads=(DISPATCH,), writes=(ACCOUNT_EVENTS, OUTCOMES),
@@ -53,12 +54,18 @@ GRAPH: tuple[Node, ...] = (
     Node("diarize", reads=(TRANSCRIBED,), writes=(OUTCOMES,),
          summary="speaker embeddings and clustering; words, utterances and speakers assembled",
          stores=("objects",)),
-    Node("finalize", reads=(OUTCOMES,), writes=(ACCOUNT_EVENTS, WEBHOOKS, COMPLETED),
-         summary="one write of the transcript to ClickHouse, usage event, cleanup, publication",
-         stores=("clickhouse", "objects", "redis")),
-    Node("webhooks", reads=(WEBHOOKS,), writes=(WEBHOOKS,),
-         summary="signed webhook deliveries with the spec's retry schedule",
-         tables=("webhook-deliveries",), stores=("clickhouse", "redis")),
+    Node("finalize", reads=(OUTCOMES,), writes=(ACCOUNT_EVENTS,),
+         summary="one write of the result and the usage event; asks the ledger to count it",
+         stores=("clickhouse", "objects")),
+    Node("publish", reads=(SETTLED,), writes=(WEBHOOKS, COMPLETED),
+         summary="makes the outcome visible, publishes it, schedules the webhook, cleans up",
+         stores=("clickhouse", "objects")),
+    Node("webhooks", reads=(WEBHOOKS,), writes=(),
+         summary="signed webhook deliveries; a timer retries on the spec's schedule",
+         tables=("webhook-deliveries",), stores=("clickhouse", "redis", "objects")),
+    Node("retention", reads=(), writes=(),
+         summary="timer: expires transcripts, unused uploads and orphaned processing copies",
+         stores=("clickhouse", "redis", "objects")),
     Node("realtime", reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES,),
          summary="per-session streaming decoder state; transcript messages back to the gateway"),
 )

@@ -13,10 +13,11 @@ from typing import Any, Generic, TypeVar
 from pydantic import TypeAdapter
 
 from schemas.records import (AccountEvent, Admission, ChunkPlan, CompletedTranscript, Dispatch,
-                             JobOutcome, RealtimeAudio, RealtimeMessage, Transcribed, WebhookDue)
+                             JobOutcome, RealtimeAudio, RealtimeMessage, Settled, Transcribed,
+                             WebhookDue)
 
 __all__ = ["TopicSpec", "TOPICS", "ACCOUNT_EVENTS", "DISPATCH", "ADMISSIONS", "CHUNKS",
-           "TRANSCRIBED", "OUTCOMES", "WEBHOOKS", "COMPLETED", "REALTIME_AUDIO",
+           "TRANSCRIBED", "OUTCOMES", "SETTLED", "WEBHOOKS", "COMPLETED", "REALTIME_AUDIO",
            "REALTIME_MESSAGES"]
 
 T = TypeVar("T")
@@ -77,6 +78,8 @@ TRANSCRIBED = TopicSpec("transcribed", "transcript_id", Transcribed,
                         description="recognised words, by object-store key")
 OUTCOMES = TopicSpec("outcomes", "transcript_id", JobOutcome,
                      description="a job's end, completed or failed, for finalize")
+SETTLED = TopicSpec("settled", "transcript_id", Settled,
+                    description="outcome counted by the ledger, ready to be made visible")
 WEBHOOKS = TopicSpec("webhooks", "transcript_id", WebhookDue,
                      description="webhook deliveries due, with their attempt number")
 COMPLETED = TopicSpec("transcripts.completed", "transcript_id", CompletedTranscript,
@@ -90,6 +93,6 @@ REALTIME_MESSAGES = TopicSpec("realtime-messages", "session_id", RealtimeMessage
                               description="live transcript messages for the owning gateway")
 
 TOPICS: tuple[TopicSpec[Any], ...] = (
-    ACCOUNT_EVENTS, DISPATCH, ADMISSIONS, CHUNKS, TRANSCRIBED, OUTCOMES, WEBHOOKS, COMPLETED,
+    ACCOUNT_EVENTS, DISPATCH, ADMISSIONS, CHUNKS, TRANSCRIBED, OUTCOMES, SETTLED, WEBHOOKS, COMPLETED,
     REALTIME_AUDIO, REALTIME_MESSAGES,
 )

@@ -54,7 +54,7 @@ class WhisperOptions(BaseModel):
     no_speech_threshold: float = 0.6
     """With a low log-probability, a no-speech probability above this skips the window."""
     hallucination_silence_threshold_s: float | None = Field(None, gt=0)
-    """Skip silent gaps longer than this (seconds) around suspected hallucinations; ``None``: off."""
+    """Skip silences longer than this (seconds) around suspected hallucinations; ``None``: off."""
     doubtful_no_speech: float = Field(0.5, ge=0, le=1)
     """Segments with at least this no-speech probability get the checks below."""
     doubtful_log_prob: float = -0.7
@@ -72,14 +72,21 @@ class WhisperOptions(BaseModel):
 class WhisperEngine:
     """Whisper model, loaded once; :meth:`transcribe` is called from one worker thread."""
 
-    def __init__(self, model_dir: str | Path, opts: WhisperOptions | None = None) -> None:
-        """Load the CTranslate2 model in ``model_dir`` (see :func:`pipeline.models.resolve_whisper`)."""
+    def __init__(self, model_dir: str | Path, opts: WhisperOptions | None = None, *,
+                 name: str | None = None) -> None:
+        """Load the CTranslate2 model in ``model_dir`` (see ``pipeline.models.resolve_whisper``).
+
+        Args:
+            model_dir: the model directory.
+            opts: loading and decoding options.
+            name: label for logs and metrics; defaults to ``whisper:<directory name>``.
+        """
         from faster_whisper import WhisperModel  # slow import; only workers that decode need it
 
         self.opts = opts = opts or WhisperOptions()
         model_dir = Path(model_dir)
         compute_type = opts.compute_type or ("int8" if opts.device == "cpu" else "float16")
-        self.name = f"whisper:{model_dir.name}"
+        self.name = name or f"whisper:{model_dir.name}"
         with map_engine_errors("ctranslate2"):
             self._model = WhisperModel(str(model_dir), device=opts.device,
                                        device_index=opts.device_index, compute_type=compute_type,
@@ -114,10 +121,27 @@ class WhisperEngine:
                 end = min(max(float(w.end), start), length)
                 raw.append(TimedWord(w.word, round(offset + start, 3), round(offset + end, 3),
                                      round(float(w.probability), 4)))
-        return collapse_repeats(normalise_words(raw), o.max_repeats)
+        return collapse_repeats(normalise_words(_join_pieces(raw)), o.max_repeats)
 
     def _implausible(self, avg_logprob: float, words: list) -> bool:
         if avg_logprob < self.opts.doubtful_log_prob:
             return True
         mean = sum(w.probability for w in words) / len(words) if words else 0.0
         return mean < self.opts.doubtful_word_probability
+
+
+def _join_pieces(words: list[TimedWord]) -> list[TimedWord]:
+    """Rejoin the pieces of one word that Whisper's word alignment split apart.
+
+    Every word Whisper writes starts with a space; a piece without one (the
+    "'clock" of " o" + "'clock") continues the word before it.
+    """
+    out: list[TimedWord] = []
+    for w in words:
+        if out and not w.text[:1].isspace():
+            last = out[-1]
+            out[-1] = TimedWord(last.text + w.text, last.start, w.end,
+                                min(last.probability, w.probability))
+        else:
+            out.append(w)
+    return out

@@ -9,16 +9,15 @@ the whole transcript so far, punctuated and cased, and whether its segment is se
 
 from .decoder import Decoded, DecodeInput, WhisperDecoder
 from .engine import RealtimeEngine
-from .model_files import assemble_split_model, silero_vad_path, whisper_base_dir, whisper_tiny_en_dir
 from .models import ModelOptions, StreamingModels
 from .options import DecodeOptions, EngineOptions, RecognizerOptions, VadOptions
 from .recognizer import SessionRecognizer, Update, pcm_to_float
-from .vad import SileroVad, VadStream
+from .vad import StreamingVad, VadStream, default_vad_path
 from .vocabulary import Vocabulary, VocabularyTerm
 
 __all__ = [
     "DecodeInput", "DecodeOptions", "Decoded", "EngineOptions", "ModelOptions", "RealtimeEngine",
-    "RecognizerOptions", "SessionRecognizer", "SileroVad", "StreamingModels", "Update", "VadOptions",
-    "VadStream", "Vocabulary", "VocabularyTerm", "WhisperDecoder", "assemble_split_model",
-    "pcm_to_float", "silero_vad_path", "whisper_base_dir", "whisper_tiny_en_dir",
+    "RecognizerOptions", "SessionRecognizer", "StreamingModels", "StreamingVad", "Update",
+    "VadOptions", "VadStream", "Vocabulary", "VocabularyTerm", "WhisperDecoder",
+    "default_vad_path", "pcm_to_float",
 ]

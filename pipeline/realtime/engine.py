@@ -34,9 +34,9 @@ from dataclasses import dataclass, field
 
 from schemas.errors import StreamError, StreamErrorCode
 
-from .decoder import Decoded
+from .decoder import Decoded, DecodeInput, WhisperDecoder
 from .models import StreamingModels
-from .options import EngineOptions
+from .options import DecodeOptions, EngineOptions
 from .recognizer import DecodeKind, DecodeRequest, SessionRecognizer, Update
 from .vocabulary import VocabularyTerm
 
@@ -76,6 +76,9 @@ class RealtimeEngine:
         self._work = asyncio.Event()
         self._workers: list[asyncio.Task] = []
         self._closed = False
+        workers = options.decode_workers
+        self._partial_slots = options.partial_workers or max(1, workers - 1)
+        self._partials_running = 0
 
     # ---------------------------------------------------------------- sessions
 
@@ -191,7 +194,8 @@ class RealtimeEngine:
 
     def _start_workers(self) -> None:
         if not self._workers and not self._closed:
-            self._workers = [asyncio.create_task(self._worker(), name=f"{self._opts.thread_name_prefix}-sched-{i}")
+            prefix = self._opts.thread_name_prefix
+            self._workers = [asyncio.create_task(self._worker(), name=f"{prefix}-scheduler-{i}")
                              for i in range(self._opts.decode_workers)]
 
     async def _worker(self) -> None:
@@ -202,15 +206,21 @@ class RealtimeEngine:
                 self._work.clear()
                 await self._work.wait()
                 continue
-            decoder = batch[0][1].decoder
+            head_session, head = batch[0]
             inputs = [r.input for _, r in batch]
+            options = head_session.recognizer.decode_options(head.kind)
+            partial = head.kind is DecodeKind.PARTIAL
+            self._partials_running += partial
             try:
-                decoded, elapsed = await loop.run_in_executor(self._decode_pool, self._decode, decoder, inputs)
+                decoded, elapsed = await loop.run_in_executor(
+                    self._decode_pool, self._decode, head.decoder, inputs, options)
             except Exception as exc:  # delivered to every session in the batch, not swallowed
                 for s, _ in batch:
                     s.error = exc
                     s.changed.set()
                 continue
+            finally:
+                self._partials_running -= partial
             for (s, req), result in zip(batch, decoded):
                 s.in_flight -= 1
                 if self._sessions.get(s.id) is not s:
@@ -219,9 +229,11 @@ class RealtimeEngine:
                 s.changed.set()
             self._work.set()
 
-    def _decode(self, decoder, inputs) -> tuple[list[Decoded], float]:
+    @staticmethod
+    def _decode(decoder: WhisperDecoder, inputs: list[DecodeInput],
+                options: DecodeOptions) -> tuple[list[Decoded], float]:
         t0 = time.perf_counter()
-        out = decoder.decode(inputs, self._opts.recognizer.decode)
+        out = decoder.decode(inputs, options)
         return out, time.perf_counter() - t0
 
     def _pick(self) -> list[tuple[_Session, DecodeRequest]]:
@@ -248,8 +260,10 @@ class RealtimeEngine:
                     batch.append((s, req))
             if batch:
                 return batch
-        # Partials: the session that waited longest first.
-        for s in sorted(sessions, key=lambda x: -x.recognizer.partial_age()):
+        if self._partials_running >= self._partial_slots:
+            return batch
+        # Partials: segments showing nothing yet first, then the longest wait.
+        for s in sorted(sessions, key=lambda x: x.recognizer.partial_rank()):
             if len(batch) >= limit:
                 break
             req = s.recognizer.take(DecodeKind.PARTIAL)

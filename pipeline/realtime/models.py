@@ -6,8 +6,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from pipeline.models import resolve_whisper
+
 from .decoder import WhisperDecoder
-from .vad import SileroVad
+from .vad import StreamingVad, default_vad_path
 
 __all__ = ["StreamingModels", "ModelOptions"]
 
@@ -31,7 +33,7 @@ class StreamingModels:
     both at WER within noise of base and about half the decode time.
 
     Args:
-        vad_path: Silero VAD ONNX file (:func:`~pipeline.realtime.model_files.silero_vad_path`).
+        vad_path: Silero VAD ONNX file (:func:`~pipeline.realtime.vad.default_vad_path`).
         partial_dir: CTranslate2 Whisper directory for partial decodes.
         final_dir: CTranslate2 Whisper directory for final decodes (default: ``partial_dir``).
         options: threading and compute type.
@@ -40,7 +42,7 @@ class StreamingModels:
     def __init__(self, vad_path: str | Path, partial_dir: str | Path,
                  final_dir: str | Path | None = None, options: ModelOptions = ModelOptions()) -> None:
         self.options = options
-        self.vad = SileroVad(vad_path)
+        self.vad = StreamingVad(vad_path)
         kwargs = dict(compute_type=options.compute_type, cpu_threads=options.cpu_threads,
                       num_workers=options.num_workers)
         self.partial = WhisperDecoder(partial_dir, **kwargs)
@@ -51,3 +53,17 @@ class StreamingModels:
     def shared(self) -> bool:
         """Whether partials and finals use one model (partial results can become finals)."""
         return self.final is self.partial
+
+    @classmethod
+    def from_specs(cls, cache_dir: Path, partial: str = "tiny.en", final: str | None = None,
+                   options: ModelOptions = ModelOptions()) -> StreamingModels:
+        """Load packaged models by alias or directory (see :func:`pipeline.models.resolve_whisper`).
+
+        Args:
+            cache_dir: where split packaged models are joined once.
+            partial: Whisper model for partials (``tiny.en``, ``base`` or a directory).
+            final: Whisper model for finals (default: the partial model).
+        """
+        partial_dir = resolve_whisper(partial, cache_dir)
+        final_dir = resolve_whisper(final, cache_dir) if final else None
+        return cls(default_vad_path(), partial_dir, final_dir, options)

@@ -26,7 +26,10 @@ class VadOptions(BaseModel):
         "Silence is a probability below ``threshold - offset`` (hysteresis)."))
     min_silence_ms: int = Field(300, ge=32, description="End-silence that closes a segment, ms.")
     speech_pad_ms: int = Field(96, ge=0, description=(
-        "Audio kept before the detected start and after the detected end, ms."))
+        "Audio kept after the detected end, ms (short: the final waits for it)."))
+    start_pad_ms: int = Field(200, ge=0, description=(
+        "Audio kept before the detected start, ms: Silero needs a few windows to rise, "
+        "and a clipped first word is a lost word."))
 
 
 class DecodeOptions(BaseModel):
@@ -39,7 +42,8 @@ class DecodeOptions(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    beam_size: int = Field(1, ge=1, le=10, description="1 = greedy (fastest; WER within noise of beam 5 here).")
+    beam_size: int = Field(1, ge=1, le=10, description=(
+        "1 = greedy: fastest, and within noise of beam 5 on the eval clips."))
     trailing_pad_frames: int = Field(500, ge=0, le=3000, description=(
         "Zero feature frames after the audio, 10 ms frames."))
     min_frames: int = Field(1000, ge=100, le=3000, description="Smallest encoder window, 10 ms frames.")
@@ -57,10 +61,11 @@ class RecognizerOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     vad: VadOptions = VadOptions()
-    decode: DecodeOptions = DecodeOptions()
-    first_partial_ms: int = Field(400, ge=0, description=(
-        "Segment audio needed before the first partial decode, ms (counted from the "
-        "padded segment start)."))
+    decode: DecodeOptions = Field(DecodeOptions(), description="Final (and speculative final) decodes.")
+    partial_decode: DecodeOptions = Field(DecodeOptions(min_frames=500), description=(
+        "Partial decodes: a smaller encoder window, since partials are replaced anyway."))
+    first_partial_ms: int = Field(300, ge=0, description=(
+        "Audio after the VAD's speech decision before the first partial decode, ms."))
     partial_interval_ms: int = Field(700, ge=100, description=(
         "Least new audio between two partial decodes of one session, ms; the engine "
         "stretches this when decodes fall behind."))
@@ -68,7 +73,7 @@ class RecognizerOptions(BaseModel):
         "A segment longer than this is settled at its quietest point in the last "
         "``split_search_ms`` (keeps the buffer bounded and the window under 30 s)."))
     split_search_ms: int = Field(3000, ge=100, description="See ``max_segment_ms``.")
-    preroll_ms: int = Field(500, ge=0, description="Audio kept while idle, for the start padding, ms.")
+    preroll_ms: int = Field(600, ge=0, description="Audio kept while idle, for the start padding, ms.")
 
 
 class EngineOptions(BaseModel):
@@ -80,5 +85,8 @@ class EngineOptions(BaseModel):
     decode_workers: int = Field(2, ge=1, description=(
         "Threads of the named decode pool; each runs one batch at a time."))
     max_batch: int = Field(3, ge=1, description="Decodes run together in one batch.")
+    partial_workers: int | None = Field(None, ge=1, description=(
+        "Decode threads that may run partials at once; the others stay free for finals. "
+        "Default: all but one (all, with a single thread)."))
     thread_name_prefix: str = Field("a5s-realtime", description="Names of the engine's threads.")
     recognizer: RecognizerOptions = RecognizerOptions()

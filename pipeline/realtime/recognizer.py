@@ -18,11 +18,11 @@ pools and batch decodes across sessions. Its own :meth:`~SessionRecognizer.accep
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
-import time
 
 import numpy as np
 
@@ -31,7 +31,7 @@ from schemas.errors import StreamError, StreamErrorCode
 from .audio_buffer import AudioBuffer
 from .decoder import Decoded, DecodeInput, WhisperDecoder
 from .models import StreamingModels
-from .options import RecognizerOptions
+from .options import DecodeOptions, RecognizerOptions
 from .vad import VAD_WINDOW, VadStream
 from .vocabulary import Vocabulary, VocabularyTerm
 
@@ -84,6 +84,7 @@ class DecodeRequest:
 class _Segment:
     index: int
     start: int
+    opened_at: int = 0                              # sample where VAD decided speech began
     probs: deque = field(default_factory=deque)     # (window end sample, probability)
     temp_end: int = 0                               # silero: first silent window's end
     silence_seen: float = 0.0                       # monotonic time temp_end was set
@@ -130,6 +131,7 @@ class SessionRecognizer:
         ms = _SR // 1000
         vad = options.vad
         self._pad = vad.speech_pad_ms * ms
+        self._start_pad = vad.start_pad_ms * ms
         self._min_silence = vad.min_silence_ms * ms
         self._neg_threshold = max(vad.threshold - vad.neg_threshold_offset, 0.01)
         self._max_segment = options.max_segment_ms * ms
@@ -140,6 +142,7 @@ class SessionRecognizer:
         self._pos = 0                       # samples judged by VAD
         self._segment: _Segment | None = None
         self._next_index = 0
+        self._last_end = 0                  # end of the last closed segment
         self._settled: list[str] = []
         self._bounds: dict[int, tuple[int, int]] = {}        # segment -> (start, end)
         self._final_texts: dict[int, str] = {}                # decoded, not yet settled
@@ -184,7 +187,7 @@ class SessionRecognizer:
             req = self.take_final() or self.take_prefinal() or (self.take_partial() if partials else None)
             if req is None:
                 return out
-            decoded = req.decoder.decode([req.input], self._opts.decode)[0]
+            decoded = req.decoder.decode([req.input], self.decode_options(req.kind))[0]
             out += self.complete(req, decoded)
 
     # ------------------------------------------------------------ engine hooks
@@ -215,7 +218,8 @@ class SessionRecognizer:
             seg = self._segment
             if p >= thr:
                 if seg is None:
-                    seg = self._open(max(0, cur - self._pad - VAD_WINDOW))
+                    seg = self._open(max(0, cur - self._start_pad - VAD_WINDOW))
+                    seg.opened_at = cur
                 seg.temp_end = 0
             if seg is None:
                 continue
@@ -249,6 +253,10 @@ class SessionRecognizer:
     def finals_outstanding(self) -> bool:
         """Whether some closed segment is not settled yet."""
         return self._next_settle < self._next_index - (self._segment is not None)
+
+    def decode_options(self, kind: DecodeKind) -> DecodeOptions:
+        """Decode options for requests of ``kind``."""
+        return self._opts.partial_decode if kind is DecodeKind.PARTIAL else self._opts.decode
 
     def take(self, kind: DecodeKind) -> DecodeRequest | None:
         """The next request of ``kind`` if one is wanted now (see the ``take_*`` methods)."""
@@ -312,19 +320,23 @@ class SessionRecognizer:
         if seg is None or seg.partial_in_flight or seg.temp_end:
             return False
         end = self._buffer.end
-        if end - seg.start < self._first_partial:
+        if end - seg.opened_at < self._first_partial:
             return False
         if seg.partial_requested_end < 0:
             return True
-        interval = max(self._partial_interval * stretch, 1.5 * self._partial_cost * _SR)
+        if not seg.partial_text:
+            # Nothing shown yet (too little audio for words): retry soon.
+            interval = self._first_partial // 2
+        else:
+            interval = max(self._partial_interval * stretch, 1.5 * self._partial_cost * _SR)
         return end - seg.partial_requested_end >= interval
 
-    def partial_age(self) -> int:
-        """Samples since the last partial was asked (older first when choosing)."""
+    def partial_rank(self) -> tuple[bool, int]:
+        """Sort key among sessions wanting a partial: no text shown yet, then longest wait."""
         seg = self._segment
         if seg is None:
-            return 0
-        return self._buffer.end - max(seg.partial_requested_end, seg.start)
+            return (True, 0)
+        return (bool(seg.partial_text), max(seg.partial_requested_end, seg.start) - self._buffer.end)
 
     def take_partial(self, stretch: float = 1.0) -> DecodeRequest | None:
         """A partial decode of the open segment up to the newest audio, if one is due."""
@@ -356,7 +368,8 @@ class SessionRecognizer:
             self._final_texts[req.segment] = text
             return self._settle()
         if req.kind is DecodeKind.PARTIAL:
-            self._partial_cost = elapsed if not self._partial_cost else 0.7 * self._partial_cost + 0.3 * elapsed
+            # Smoothed decode time: a session whose partials are slow asks for them less often.
+            self._partial_cost = 0.7 * self._partial_cost + 0.3 * elapsed if self._partial_cost else elapsed
             if seg is not None and seg.index == req.segment:
                 seg.partial_in_flight = False
         waiting = self._awaiting_reuse.get(req.segment)
@@ -372,7 +385,8 @@ class SessionRecognizer:
     # --------------------------------------------------------------- internals
 
     def _open(self, start: int) -> _Segment:
-        self._segment = _Segment(self._next_index, max(start, self._buffer.start))
+        # The start padding never reaches back into the previous segment.
+        self._segment = _Segment(self._next_index, max(start, self._buffer.start, self._last_end))
         self._next_index += 1
         self._reusable.clear()
         return self._segment
@@ -381,6 +395,7 @@ class SessionRecognizer:
         seg = self._segment
         end = min(max(end, seg.start + VAD_WINDOW), self._buffer.end)
         self._bounds[seg.index] = (seg.start, end)
+        self._last_end = end
         self._segment = None
         updates: list[Update] = []
         if (seg.start, end) in self._reusable:
@@ -392,6 +407,7 @@ class SessionRecognizer:
             self._pending_finals.append(self._request(DecodeKind.FINAL, seg, end, self._models.final))
         if reopen:
             nxt = self._open(end)
+            nxt.opened_at = end
             nxt.probs.extend(x for x in seg.probs if x[0] > end)
         return updates
 

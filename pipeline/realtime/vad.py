@@ -1,19 +1,21 @@
 """Silero VAD for live streams: one shared ONNX session, per-stream recurrent state.
 
 ``silero_vad.OnnxWrapper`` keeps the recurrent state inside the model object, so it
-would need one model per session. Here the ONNX session (thread-safe, read-only) is
-shared and each :class:`VadStream` owns its 2x1x128 state and 64-sample context.
+would need one model per session, and :class:`pipeline.vad.SileroVad` runs whole files.
+Here the ONNX session (thread-safe, read-only) is shared and each :class:`VadStream`
+owns its 2x1x128 state and 64-sample context.
 Endpointing itself lives in the recognizer; this module only yields probabilities.
 """
 
 from __future__ import annotations
 
+from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 import onnxruntime
 
-__all__ = ["SileroVad", "VadStream", "VAD_WINDOW"]
+__all__ = ["StreamingVad", "VadStream", "VAD_WINDOW", "default_vad_path"]
 
 VAD_WINDOW = 512
 """Samples per VAD decision at 16 kHz (32 ms), fixed by the Silero model."""
@@ -21,7 +23,12 @@ VAD_WINDOW = 512
 _CONTEXT = 64
 
 
-class SileroVad:
+def default_vad_path() -> Path:
+    """The Silero VAD v6 ONNX file bundled with the ``silero-vad`` package."""
+    return Path(str(files("silero_vad") / "data" / "silero_vad.onnx"))
+
+
+class StreamingVad:
     """The Silero VAD v6 ONNX model, loaded once per process.
 
     Args:
@@ -53,7 +60,7 @@ class VadStream:
     Not thread-safe; one caller at a time (the engine serialises calls per session).
     """
 
-    def __init__(self, model: SileroVad) -> None:
+    def __init__(self, model: StreamingVad) -> None:
         self._model = model
         self._state = np.zeros((2, 1, 128), dtype=np.float32)
         self._context = np.zeros(_CONTEXT, dtype=np.float32)

@@ -56,8 +56,13 @@ class Vocabulary:
 
     @property
     def prompt_text(self) -> str:
-        """Terms for the decoder prompt, strongest first ('' when none is boosted)."""
-        return ", ".join(t.text for t in self.terms if t.strength > 0)
+        """Terms for the decoder prompt, strongest first ('' when none is boosted).
+
+        Written as a cased sentence: Whisper copies the style of its previous text, and a
+        bare lowercase list makes it drop casing and punctuation.
+        """
+        text = ", ".join(t.text for t in self.terms if t.strength > 0)
+        return f"{text[0].upper()}{text[1:]}." if text else ""
 
     @staticmethod
     def threshold(strength: int) -> float:

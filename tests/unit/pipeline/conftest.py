@@ -39,12 +39,14 @@ def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def whisper_tiny(model_cache: Path) -> WhisperEngine:
-    return WhisperEngine(resolve_whisper("tiny.en", model_cache), WhisperOptions(cpu_threads=2))
+    return WhisperEngine(resolve_whisper("tiny.en", model_cache), WhisperOptions(cpu_threads=2),
+                         name="whisper:tiny.en")
 
 
 @pytest.fixture(scope="session")
 def whisper_base(model_cache: Path) -> WhisperEngine:
-    return WhisperEngine(resolve_whisper("base", model_cache), WhisperOptions(cpu_threads=2))
+    return WhisperEngine(resolve_whisper("base", model_cache), WhisperOptions(cpu_threads=2),
+                         name="whisper:base")
 
 
 @pytest.fixture(scope="session")

@@ -69,7 +69,8 @@ def test_resolve_transducer_prefers_int8_when_asked(model_dir: Path, tmp_path: P
         resolve_transducer(tmp_path)
     shutil.copy(model_dir / "tokens.txt", tmp_path / "tokens.txt")
     assert resolve_transducer(tmp_path).encoder.name == "encoder-epoch-99-avg-1.onnx"
-    assert resolve_transducer(tmp_path, prefer_int8=True).joiner.name == "joiner-epoch-99-avg-1.int8.onnx"
+    int8 = resolve_transducer(tmp_path, prefer_int8=True)
+    assert int8.joiner.name == "joiner-epoch-99-avg-1.int8.onnx"
     with pytest.raises(FileNotFoundError):
         resolve_transducer(tmp_path / "missing")
 

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pipeline.asr import AsrEngine, WhisperEngine
+from pipeline.asr.whisper import _join_pieces
 from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.models import resolve_whisper
 from pipeline.types import TimedWord
@@ -31,7 +32,7 @@ def assert_well_formed(words: list[TimedWord], start: float, end: float) -> None
 
 def test_engine_satisfies_the_protocol(whisper_tiny: WhisperEngine) -> None:
     assert isinstance(whisper_tiny, AsrEngine)
-    assert whisper_tiny.name == "whisper:model"
+    assert whisper_tiny.name == "whisper:tiny.en"
 
 
 def test_jfk_tiny(whisper_tiny: WhisperEngine, transcribe_file, manifest) -> None:
@@ -115,3 +116,10 @@ def test_resolve_whisper_aliases_and_errors(model_cache: Path, tmp_path: Path) -
         resolve_whisper("large-v3", tmp_path)
     with pytest.raises(FileNotFoundError, match="model.bin"):
         resolve_whisper(str(tmp_path), tmp_path)
+
+
+def test_split_word_pieces_are_rejoined() -> None:
+    pieces = [TimedWord(" o", 0.0, 0.3, 0.33), TimedWord("'clock.", 0.3, 0.8, 0.85),
+              TimedWord(" sharp", 0.9, 1.2, 0.9)]
+    assert _join_pieces(pieces) == [TimedWord(" o'clock.", 0.0, 0.8, 0.33),
+                                    TimedWord(" sharp", 0.9, 1.2, 0.9)]

@@ -82,7 +82,8 @@ def test_too_long_by_header_fails_before_writing() -> None:
 
 def test_too_long_while_decoding_stops_at_the_limit() -> None:
     out = io.BytesIO()
-    with pytest.raises(JobFailed) as failed:  # the header (11 s) is within the slack, so decoding runs
+    # the header's 11 s is within the 1 s slack, so decoding starts and must stop at the limit
+    with pytest.raises(JobFailed) as failed:
         decode_to_pcm(REF, out, max_duration_s=10.5)
     assert failed.value.code is JobErrorCode.audio_too_long
     assert out.tell() <= 10.5 * SAMPLE_RATE * PCM_DTYPE.itemsize

@@ -44,7 +44,8 @@ def test_leading_silence_is_skipped(tmp_path: Path, vad_model: SileroVad) -> Non
 
 @pytest.mark.parametrize("name", ["silence_digital_10s.wav", "silence_noise_floor_-60dBFS_10s.wav",
                                   "pink_noise_only_10s.wav", "tone_1khz_5s.wav"])
-def test_no_speech_in_silence_noise_or_tone(name: str, tmp_path: Path, vad_model: SileroVad) -> None:
+def test_no_speech_in_silence_noise_or_tone(name: str, tmp_path: Path,
+                                            vad_model: SileroVad) -> None:
     assert speech_regions(to_pcm(SIGNAL / name, tmp_path), VadOptions(), vad_model) == []
 
 

@@ -23,7 +23,8 @@ CONTEXT_SIZE = 2
 SUBSAMPLING = 4
 
 TOKENS = ["<blk>", "<sos/eos>", "<unk>",
-          *[f"\u2581{w}" for w in ("THE", "AND", "SO", "MY", "ASK", "NOT", "WHAT", "YOUR", "CAN", "DO")],
+          *[f"\u2581{w}" for w in ("THE", "AND", "SO", "MY", "ASK", "NOT", "WHAT", "YOUR", "CAN",
+                                    "DO")],
           "S", "ING", "ED", "\u2581A", "\u2581I", "'", "T", "ER", "LY"]
 """Icefall-style BPE pieces: "\u2581" starts a word, upper case as icefall's LibriSpeech models."""
 

@@ -1,0 +1,207 @@
+"""REST API load benchmark: create, get and list transcripts on loopback.
+
+``python -m ops.bench_api [--requests 300] [--duration 30] [--concurrency 16]``
+``python -m ops.bench_api --url http://127.0.0.1:8000 --key a5s_sk_...``
+
+Without ``--url`` it starts an embedded stack (``a5s up``) in a temporary data directory
+on free ports and makes an account whose limits do not throttle the run; with ``--url``
+it drives a running gateway with the given key (whose account limits then apply: the
+default 600 creates per minute is a ceiling). Jobs point ``audio_url`` at a loopback
+port that refuses connections, so the pipeline ends each one at once and the figures
+are the gateway's admission path: rate limit, validation, Redis, ClickHouse, Kafka.
+
+Each phase (create, then get, then list) stops after ``--requests`` requests or
+``--duration`` seconds, whichever comes first, with ``--concurrency`` requests in
+flight. Printed per operation: requests, requests per second, p50 and p99 latency,
+and the status codes seen.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+__all__ = ["main", "PhaseResult", "run_phase", "percentile"]
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@dataclass
+class PhaseResult:
+    name: str
+    latencies_ms: list[float] = field(default_factory=list)
+    statuses: Counter[int] = field(default_factory=Counter)
+    wall_s: float = 0.0
+
+    def line(self) -> str:
+        n = len(self.latencies_ms)
+        rps = n / self.wall_s if self.wall_s else 0.0
+        codes = " ".join(f"{k}x{v}" for k, v in sorted(self.statuses.items()))
+        return (f"{self.name:<7} {n:>6} req  {rps:>8.1f} req/s  p50 "
+                f"{percentile(self.latencies_ms, 50):>7.1f} ms  p99 "
+                f"{percentile(self.latencies_ms, 99):>7.1f} ms  [{codes}]")
+
+
+def percentile(values: list[float], pct: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(pct / 100 * (len(ordered) - 1)))]
+
+
+async def run_phase(name: str, call: Callable[[int], Awaitable[httpx.Response]], *,
+                    requests: int, duration_s: float, concurrency: int) -> PhaseResult:
+    """Up to ``requests`` calls of ``call(i)`` within ``duration_s``, ``concurrency`` at once."""
+    result = PhaseResult(name)
+    counter = iter(range(requests))
+    started = time.perf_counter()
+    deadline = started + duration_s
+
+    async def worker() -> None:
+        for i in counter:
+            if time.perf_counter() > deadline:
+                return
+            t0 = time.perf_counter()
+            try:
+                resp = await call(i)
+                result.statuses[resp.status_code] += 1
+            except httpx.HTTPError:
+                result.statuses[0] += 1
+            result.latencies_ms.append((time.perf_counter() - t0) * 1000)
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    result.wall_s = time.perf_counter() - started
+    return result
+
+
+async def bench(url: str, key: str, args: argparse.Namespace) -> list[PhaseResult]:
+    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=30, limits=limits) as client:
+        created: list[str] = []
+        dead = f"http://127.0.0.1:{_free_port()}/bench.wav"
+
+        async def create(i: int) -> httpx.Response:
+            resp = await client.post("/v1/transcripts", json={
+                "audio_url": dead, "metadata": {"bench": i}})
+            if resp.status_code == 201:
+                created.append(resp.json()["id"])
+            return resp
+
+        async def get(i: int) -> httpx.Response:
+            return await client.get(f"/v1/transcripts/{random.choice(created)}")
+
+        async def list_(i: int) -> httpx.Response:
+            return await client.get("/v1/transcripts", params={"limit": 20})
+
+        await client.get("/v1/account")  # warm the key cache and the connection pool
+        opts = {"requests": args.requests, "duration_s": args.duration,
+                "concurrency": args.concurrency}
+        results = [await run_phase("create", create, **opts)]
+        if not created:
+            raise SystemExit("no transcript was created; see the status codes above")
+        results.append(await run_phase("get", get, **opts))
+        results.append(await run_phase("list", list_, **opts))
+        return results
+
+
+# --- an embedded stack of our own ---------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@contextlib.contextmanager
+def embedded_stack() -> Iterator[tuple[str, str]]:
+    """``a5s up`` in a temporary directory; yields (base URL, key of an unthrottled account)."""
+    with tempfile.TemporaryDirectory(prefix="a5s-bench-") as tmp:
+        data = Path(tmp) / "data"
+        port, console = _free_port(), _free_port()
+        env = {**os.environ, "A5S_DATA_DIR": str(data), "A5S_PORT": str(port),
+               "A5S_CONSOLE_PORT": str(console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
+               "A5S_EMBEDDED__BROKER_STORAGE": str(_free_port()),
+               "A5S_EMBEDDED__REDIS": str(_free_port()), "A5S_LOG_LEVEL": "WARNING"}
+        with open(Path(tmp) / "stack.log", "wb") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO, env=env,
+                                    stdout=log, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
+            try:
+                url = f"http://127.0.0.1:{port}"
+                _wait_healthy(url, proc)
+                token = (data / "console.token").read_text().strip()
+                console_api = f"http://127.0.0.1:{console}/console/v1"
+                auth = {"Authorization": f"Bearer {token}"}
+                account = httpx.post(f"{console_api}/accounts", headers=auth, timeout=30, json={
+                    "email": "bench@example.com", "max_requests_per_minute": 10_000_000,
+                    "max_queued_jobs": 10_000_000}).json()["account"]
+                key = httpx.post(f"{console_api}/accounts/{account['id']}/keys", headers=auth,
+                                 json={"name": "bench"}, timeout=30).json()["key"]
+                yield url, key
+            finally:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(60)
+                except subprocess.TimeoutExpired:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"a5s up exited with {proc.returncode}")
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
+                return
+        time.sleep(0.5)
+    raise SystemExit(f"the stack did not become healthy in {timeout_s} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--url", help="a running gateway; default: start an embedded stack")
+    parser.add_argument("--key", help="API key for --url")
+    parser.add_argument("--requests", type=int, default=300, help="per phase (default 300)")
+    parser.add_argument("--duration", type=float, default=30.0, help="seconds per phase cap")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    args = parser.parse_args(argv)
+    if args.url and not args.key:
+        parser.error("--url needs --key")
+    with (contextlib.nullcontext((args.url, args.key)) if args.url
+          else embedded_stack()) as (url, key):
+        results = asyncio.run(bench(url, key, args))
+    print(f"a5s API bench: {url}, concurrency {args.concurrency}, {os.cpu_count()} cores")
+    for r in results:
+        print(r.line())
+    if args.json:
+        print(json.dumps({r.name: {"requests": len(r.latencies_ms),
+                                   "rps": round(len(r.latencies_ms) / r.wall_s, 1),
+                                   "p50_ms": round(percentile(r.latencies_ms, 50), 1),
+                                   "p99_ms": round(percentile(r.latencies_ms, 99), 1),
+                                   "statuses": dict(r.statuses)} for r in results}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

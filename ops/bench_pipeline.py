@@ -1,0 +1,285 @@
+"""End-to-end batch benchmark: real speech through the service API, against the bare model.
+
+``python -m ops.bench_pipeline [--asterisk16 60] [--accounts 4] [--url URL --key KEY]``
+
+Starts an embedded stack (``a5s up`` in a temporary directory, as the integration
+tests do) or uses a running one (``--url`` and ``--key``), serves the eval set on
+loopback, submits its real-speech items with a quoted reference (every item of
+pocketsphinx, whisper, speechbrain, deepspeech and asterisk_8k, plus an even
+sample of ``--asterisk16`` asterisk_16k prompts) all at once, spread over
+``--accounts`` accounts (each runs five jobs at a time), and waits for them.
+Then, with the stack stopped, it times the bare model (``ops.bench_asr``'s path:
+decode, Silero VAD, chunk plan, Whisper; no diarization) on the same files in
+this process.
+
+Printed: per-file WER, pooled WER (lowercase, punctuation removed on both sides;
+also with numbers and "mr"/"dr"/... spelled out), the end-to-end real-time factor
+(wall time from the first submission to the last completion over total audio),
+per-job latency p50/p95 (created to completed, which includes waiting in the
+queue, and started to completed), processing time against audio length, and the
+service's overhead over the bare model (end-to-end wall time over the bare
+model's total time on the same audio). The load average is printed before and
+after: on a shared machine timings move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jiwer
+
+from .bench_asr import DEFAULT_EVAL, plain_words, select_items, spoken_numbers
+
+__all__ = ["main", "choose_items"]
+
+FULL_GROUPS = ("pocketsphinx", "whisper", "speechbrain", "deepspeech", "asterisk_8k")
+POLL_S = 1.0
+
+
+@dataclass
+class Job:
+    path: str
+    group: str
+    duration: float
+    reference: str
+    client: httpx.Client
+    id: str = ""
+    status: str = ""
+    text: str = ""
+    error: str = ""
+    queued_s: float = 0.0
+    """Created to started (waiting for a slot), seconds."""
+    processing_s: float = 0.0
+    """Started to completed, seconds."""
+    completed_at: datetime | None = None
+    created_at: datetime | None = None
+
+
+def choose_items(manifest: dict[str, Any], asterisk16: int) -> list[dict[str, Any]]:
+    """Every scored item of ``FULL_GROUPS`` plus an even sample of asterisk_16k."""
+    scored = [i for i in select_items(manifest, [], None)
+              if not i["reference_text"].lstrip().startswith(("(", "<", "["))]
+    chosen = [i for i in scored if i["path"].split("/")[1] in FULL_GROUPS]
+    a16 = sorted((i for i in scored if i["path"].split("/")[1] == "asterisk_16k"),
+                 key=lambda i: i["path"])
+    if asterisk16 and a16:
+        step = len(a16) / min(asterisk16, len(a16))
+        chosen += [a16[int(k * step)] for k in range(min(asterisk16, len(a16)))]
+    return sorted(chosen, key=lambda i: i["path"])
+
+
+def _at(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def run_service(base_url: str, keys: list[str], audio_url: Any, items: list[dict[str, Any]],
+                timeout_s: float) -> tuple[list[Job], float]:
+    """Submit every item (round-robin over the keys' accounts) and wait for all of them."""
+    clients = [httpx.Client(base_url=base_url, timeout=60,
+                            headers={"Authorization": f"Bearer {k}"}) for k in keys]
+    jobs = [Job(i["path"], i["path"].split("/")[1], i["duration"], i["reference_text"],
+                clients[n % len(clients)]) for n, i in enumerate(items)]
+    started = time.time()
+    for job in jobs:
+        resp = job.client.post("/v1/transcripts", json={"audio_url": audio_url(job.path)})
+        resp.raise_for_status()
+        job.id = resp.json()["id"]
+    pending = {job.id: job for job in jobs}
+    deadline = time.monotonic() + timeout_s
+    while pending and time.monotonic() < deadline:
+        time.sleep(POLL_S)
+        for client in clients:  # one list call per account, not one GET per job
+            before = None
+            while True:
+                params: dict[str, Any] = {"limit": 100}
+                if before:
+                    params["before"] = before
+                page = client.get("/v1/transcripts", params=params).json()
+                for row in page["data"]:
+                    job = pending.get(row["id"])
+                    if job is None or row["status"] not in ("completed", "error"):
+                        continue
+                    body = client.get(f"/v1/transcripts/{job.id}").json()
+                    job.status = body["status"]
+                    job.text = body.get("text") or ""
+                    job.error = (body.get("error") or {}).get("code", "")
+                    job.created_at = _at(body["created_at"])
+                    job.completed_at = _at(body["completed_at"])
+                    job.queued_s = (_at(body["started_at"]) - job.created_at).total_seconds()
+                    job.processing_s = (job.completed_at - _at(body["started_at"])
+                                        ).total_seconds()
+                    del pending[job.id]
+                if not page["has_more"]:
+                    break
+                before = page["next_before"]
+    for client in clients:
+        client.close()
+    if pending:
+        print(f"!! {len(pending)} jobs unfinished after {timeout_s:g} s", file=sys.stderr)
+    done = [j for j in jobs if j.completed_at is not None]
+    wall = (max(j.completed_at for j in done).timestamp() - started) if done else 0.0
+    return jobs, wall
+
+
+def run_bare(eval_dir: Path, jobs: list[Job], model: str) -> tuple[float, dict[str, str]]:
+    """The bare model on the same files, in this process (model load not timed)."""
+    from pipeline.asr import WhisperEngine, WhisperOptions
+    from pipeline.models import resolve_whisper
+    from pipeline.vad import SileroVad, VadOptions
+
+    from .bench_asr import run_item
+    engine = WhisperEngine(resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models"),
+                           WhisperOptions())
+    vad, opts = SileroVad(), VadOptions()
+    texts: dict[str, str] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        run_item(eval_dir / jobs[0].path, engine, vad, opts, Path(scratch))  # warm-up
+        started = time.perf_counter()
+        for job in jobs:
+            texts[job.path] = run_item(eval_dir / job.path, engine, vad, opts, Path(scratch))
+        return time.perf_counter() - started, texts
+
+
+def report(jobs: list[Job], wall: float, bare_s: float | None,
+           bare_texts: dict[str, str], quiet: bool) -> None:
+    done = [j for j in jobs if j.status == "completed"]
+    failed = [j for j in jobs if j.status == "error"]
+    if not quiet:
+        for j in jobs:
+            score = (f"wer {jiwer.wer(plain_words(j.reference), plain_words(j.text) or '<empty>'):6.1%}"
+                     if j.status == "completed" else f"{j.status or 'unfinished'} {j.error}")
+            same = "" if j.path not in bare_texts else (
+                "  (= bare model)" if plain_words(bare_texts[j.path]) == plain_words(j.text)
+                else f"  (bare model: {plain_words(bare_texts[j.path])})")
+            print(f"{score}  {j.duration:5.1f} s  proc {j.processing_s:5.1f} s  {j.path}\n"
+                  f"      ref: {plain_words(j.reference)}\n      hyp: {j.text}{same}")
+    refs = [plain_words(j.reference) for j in done]
+    hyps = [plain_words(j.text) for j in done]
+    words = sum(len(r.split()) for r in refs)
+    audio = sum(j.duration for j in done)
+    print(f"\n{len(jobs)} jobs: {len(done)} completed, {len(failed)} failed, "
+          f"{len(jobs) - len(done) - len(failed)} unfinished; {audio:.1f} s of audio, "
+          f"{words} reference words")
+    if done:
+        plain = jiwer.wer(refs, hyps)
+        spelled = jiwer.wer([spoken_numbers(r) for r in refs], [spoken_numbers(h) for h in hyps])
+        print(f"WER {plain:.2%} (lowercase, no punctuation); {spelled:.2%} (numbers, "
+              f"abbreviations spelled out)")
+        if bare_texts:
+            bare = jiwer.wer(refs, [plain_words(bare_texts.get(j.path, "")) for j in done])
+            print(f"bare model WER on the same files {bare:.2%}; identical text on "
+                  f"{sum(plain_words(bare_texts.get(j.path, '')) == plain_words(j.text) for j in done)}"
+                  f"/{len(done)} files")
+        print(f"end to end: {wall:.1f} s wall for {audio:.1f} s of audio: RTF {wall / audio:.3f} "
+              f"({audio / wall:.1f}x real time)")
+        latency = [(j.completed_at - j.created_at).total_seconds() for j in done]  # type: ignore[operator]
+        proc = [j.processing_s for j in done]
+        print(f"latency created->completed p50 {_pct(latency, 0.5):.1f} s, p95 "
+              f"{_pct(latency, 0.95):.1f} s (all submitted at once, so mostly queueing)")
+        print(f"processing started->completed p50 {_pct(proc, 0.5):.1f} s, p95 "
+              f"{_pct(proc, 0.95):.1f} s")
+        for lo, hi in ((0, 3), (3, 10), (10, 1e9)):
+            rows = [j for j in done if lo <= j.duration < hi]
+            if rows:
+                print(f"  audio {lo:g}-{hi if hi < 1e9 else 'inf'} s: {len(rows):3d} jobs, "
+                      f"mean audio {statistics.mean(j.duration for j in rows):5.1f} s, "
+                      f"mean processing {statistics.mean(j.processing_s for j in rows):5.1f} s")
+    if bare_s:
+        print(f"bare model (decode, VAD, Whisper; one file after another): {bare_s:.1f} s, "
+              f"RTF {bare_s / max(audio, 1e-9):.3f}")
+        print(f"service overhead over the bare model: {(wall - bare_s) / bare_s:+.1%} "
+              f"(end-to-end wall {wall:.1f} s vs {bare_s:.1f} s)")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m ops.bench_pipeline", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")
+    parser.add_argument("--asterisk16", type=int, default=60,
+                        help="how many asterisk_16k prompts to add (even sample)")
+    parser.add_argument("--accounts", type=int, default=4,
+                        help="accounts to spread the jobs over (five running each)")
+    parser.add_argument("--url", help="a running service's base URL (default: start a stack)")
+    parser.add_argument("--key", help="API key for --url")
+    parser.add_argument("--no-bare", action="store_true", help="skip the bare-model run")
+    parser.add_argument("--model", default="base", help="Whisper model of the bare run")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for jobs")
+    parser.add_argument("--quiet", action="store_true", help="no per-file lines")
+    args = parser.parse_args(argv)
+
+    from tests.stack import EvalServer, Stack
+
+    manifest = json.loads((args.eval / "manifest.json").read_text())
+    items = choose_items(manifest, args.asterisk16)
+    groups: dict[str, list[float]] = {}
+    for item in items:
+        groups.setdefault(item["path"].split("/")[1], []).append(item["duration"])
+    print(f"load average {_load()} on {os.cpu_count()} cores; {len(items)} items, "
+          f"{sum(sum(v) for v in groups.values()):.1f} s of audio:")
+    for group, durations in sorted(groups.items()):
+        print(f"  {group:14s} {len(durations):3d} items {sum(durations):7.1f} s")
+
+    server = EvalServer(args.eval)
+    stack = None
+    try:
+        if args.url:
+            if not args.key:
+                parser.error("--url needs --key")
+            base_url, keys = args.url.rstrip("/"), [args.key]
+        else:
+            data = Path(tempfile.mkdtemp(prefix="a5s-bench-")) / "data"
+            data.mkdir(parents=True)
+            stack = Stack(data)
+            t0 = time.monotonic()
+            stack.start()
+            print(f"stack up in {time.monotonic() - t0:.1f} s ({data})")
+            keys = [stack.new_account()[1] for _ in range(max(1, args.accounts))]
+            base_url = stack.url("")
+            _warm(base_url, keys[0], server.url("real/whisper/jfk.flac"))
+        jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
+    finally:
+        server.close()
+        if stack is not None:
+            stack.stop()
+    print(f"load average after the service run {_load()}")
+    bare_s, bare_texts = (None, {}) if args.no_bare else run_bare(
+        args.eval, [j for j in jobs if j.status == "completed"], args.model)
+    if bare_s is not None:
+        print(f"load average after the bare run {_load()}")
+    report(jobs, wall, bare_s, bare_texts, args.quiet)
+
+
+def _warm(base_url: str, key: str, url: str) -> None:
+    """One job first, so model loading is not timed (the bare run is timed warm too)."""
+    with httpx.Client(base_url=base_url, timeout=60,
+                      headers={"Authorization": f"Bearer {key}"}) as client:
+        tid = client.post("/v1/transcripts", json={"audio_url": url}).json()["id"]
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            if client.get(f"/v1/transcripts/{tid}").json()["status"] in ("completed", "error"):
+                return
+            time.sleep(0.5)
+
+
+if __name__ == "__main__":
+    main()

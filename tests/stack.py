@@ -1,0 +1,167 @@
+"""A real embedded stack for integration tests: ``a5s up`` on free loopback ports.
+
+Each test session starts one stack in a temporary data directory (fresh
+ClickHouse database, topics, Redis and object store) and talks to it over HTTP,
+exactly as a client would. ``restart_service`` SIGKILLs the service process; the
+supervisor brings it back, as it would in production.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+EVAL = REPO.parent / "shared" / "eval"
+
+__all__ = ["Stack", "free_port", "EvalServer", "REPO", "EVAL"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+class EvalServer:
+    """Serves ``../shared/eval`` on loopback, for ``audio_url`` jobs."""
+
+    def __init__(self, root: Path = EVAL) -> None:
+        self.port = free_port()
+        self.httpd = http.server.ThreadingHTTPServer(
+            ("127.0.0.1", self.port), partial(_QuietHandler, directory=str(root)))
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}/{path}"
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+
+
+@dataclass
+class Stack:
+    data_dir: Path
+    env: dict[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    port: int = 0
+    console_port: int = 0
+
+    def start(self, timeout_s: float = 120.0) -> None:
+        """Start (or start again: the same ports and data directory) the whole stack."""
+        if not self.port:
+            self.port, self.console_port = free_port(), free_port()
+            self.env = {"A5S_DATA_DIR": str(self.data_dir), "A5S_PORT": str(self.port),
+                        "A5S_CONSOLE_PORT": str(self.console_port),
+                        "A5S_EMBEDDED__KAFKA": str(free_port()),
+                        "A5S_EMBEDDED__BROKER_STORAGE": str(free_port()),
+                        "A5S_EMBEDDED__REDIS": str(free_port()),
+                        "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
+                        "A5S_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1", **self.env}
+        env = {**os.environ, **self.env}
+        self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO,
+                                     env=env, stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        self.wait_ready(timeout_s)
+
+    def wait_ready(self, timeout_s: float = 120.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                raise RuntimeError(f"a5s up exited with {self.proc.returncode}; see {self.log.name}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(self.url("/health"), timeout=2).status_code == 200 and \
+                        self.service_pid():
+                    return
+            time.sleep(0.5)
+        raise TimeoutError(f"the stack did not become healthy in {timeout_s} s")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        self.proc = None
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    @property
+    def ws_url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+
+    def service_pid(self) -> int | None:
+        pidfile = self.data_dir / "run" / "service.pid"
+        with contextlib.suppress(FileNotFoundError, ValueError):
+            return int(pidfile.read_text())
+        return None
+
+    def kill_service(self) -> int:
+        """SIGKILL the service process (gateway and worker); the supervisor restarts it."""
+        pid = self.service_pid()
+        assert pid is not None
+        (self.data_dir / "run" / "service.pid").unlink()
+        os.kill(pid, signal.SIGKILL)
+        return pid
+
+    def restart_service(self, timeout_s: float = 120.0) -> None:
+        self.kill_service()
+        time.sleep(0.5)
+        self.wait_ready(timeout_s)
+
+    # --- console ------------------------------------------------------------------------------
+
+    def console(self, method: str, path: str, body: Any = None) -> Any:
+        token = (self.data_dir / "console.token").read_text().strip()
+        resp = httpx.request(method, f"http://127.0.0.1:{self.console_port}/console/v1{path}",
+                             json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+        resp.raise_for_status()
+        return resp.json()
+
+    def new_account(self, **fields: Any) -> tuple[str, str]:
+        """A fresh account and a key for it: (account_id, key)."""
+        body = {"email": f"user{time.time_ns()}@example.com", **fields}
+        account = self.console("POST", "/accounts", body)["account"]
+        key = self.console("POST", f"/accounts/{account['id']}/keys", {"name": "test"})["key"]
+        return account["id"], key
+
+    def client(self, key: str | None = None, **kwargs: Any) -> httpx.Client:
+        headers = {"Authorization": f"Bearer {key}"} if key else {}
+        return httpx.Client(base_url=self.url(""), headers=headers, timeout=30, **kwargs)
+
+    def wait_transcript(self, client: httpx.Client, tid: str, timeout_s: float = 300.0,
+                        until: tuple[str, ...] = ("completed", "error")) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        body: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            resp = client.get(f"/v1/transcripts/{tid}")
+            body = resp.json()
+            if resp.status_code == 200 and body["status"] in until:
+                return body
+            time.sleep(0.5)
+        raise TimeoutError(f"{tid} still {body.get('status')} after {timeout_s} s: "
+                           f"{json.dumps(body)[:300]}")

@@ -1,0 +1,182 @@
+"""The streaming recognizer on real speech: partials, finals, whole-text updates, vocabulary.
+
+Audio is fed in 20 ms frames as fast as the recognizer takes it (not at real-time pace);
+``python -m ops.bench_streaming`` measures latency and keep-up at real-time pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import threading
+from pathlib import Path
+
+import jiwer
+import numpy as np
+import pytest
+
+from pipeline.audio import decode_to_pcm
+from pipeline.realtime import (EngineOptions, RealtimeEngine, SessionRecognizer, StreamingModels,
+                               Update, Vocabulary, VocabularyTerm)
+from pipeline.realtime.audio_buffer import AudioBuffer
+from schemas.errors import StreamError, StreamErrorCode
+
+from asr_support import EVAL, JFK, words_of
+
+FRAME = 640
+"""Bytes in a 20 ms frame of 16 kHz s16le."""
+
+JFK_TEXT = ("and so my fellow americans ask not what your country can do for you "
+            "ask what you can do for your country")
+TIMIT = EVAL / "real" / "deepspeech" / "LDC93S1.wav"
+TIMIT_TEXT = "she had your dark suit in greasy wash water all year"
+
+
+def pcm_of(path: Path, lead_s: float = 0.5, tail_s: float = 1.0) -> bytes:
+    """A file as 16 kHz s16le with silence before and after (decoded with PyAV)."""
+    out = io.BytesIO()
+    decode_to_pcm(path, out)
+    return bytes(int(lead_s * 32000)) + out.getvalue() + bytes(int(tail_s * 32000))
+
+
+def frames(pcm: bytes) -> list[bytes]:
+    return [pcm[i:i + FRAME] for i in range(0, len(pcm), FRAME)]
+
+
+def run_sync(rec: SessionRecognizer, pcm: bytes) -> tuple[list[Update], list[Update]]:
+    streamed: list[Update] = []
+    for frame in frames(pcm):
+        streamed += rec.accept(frame)
+    return streamed, rec.finish()
+
+
+@pytest.fixture(scope="module")
+def models(model_cache: Path) -> StreamingModels:
+    return StreamingModels.from_specs(model_cache, "tiny.en")
+
+
+@pytest.fixture(scope="module")
+def jfk_pcm() -> bytes:
+    return pcm_of(JFK)
+
+
+@pytest.fixture(scope="module")
+def jfk_run(models: StreamingModels, jfk_pcm: bytes) -> tuple[list[Update], list[Update]]:
+    return run_sync(SessionRecognizer(models), jfk_pcm)
+
+
+def test_partials_come_before_finals(jfk_run) -> None:
+    streamed, _ = jfk_run
+    kinds = [u.is_final for u in streamed]
+    assert False in kinds and True in kinds
+    assert kinds.index(False) < kinds.index(True)
+    # Most segments show a partial before they settle (very short ones may not).
+    finals = {u.segment for u in streamed if u.is_final}
+    previewed = {u.segment for u in streamed if not u.is_final}
+    assert len(finals & previewed) >= len(finals) / 2
+
+
+def test_final_text_matches_reference(jfk_run) -> None:
+    _, finished = jfk_run
+    last = finished[-1]
+    assert last.is_final
+    assert jiwer.wer(JFK_TEXT, words_of(last.text)) <= 0.1, last.text
+    assert last.text[0].isupper() and any(c in last.text for c in ".,!?")   # punctuated and cased
+
+
+def test_every_update_carries_the_whole_text(jfk_run) -> None:
+    streamed, finished = jfk_run
+    settled = ""
+    for u in streamed + finished:
+        assert u.text.startswith(settled), (settled, u.text)
+        if u.is_final:
+            assert len(u.text) >= len(settled)
+            settled = u.text
+    segments = [u.segment for u in streamed if u.is_final]
+    assert segments == sorted(segments)
+    assert words_of(streamed[-1].text)        # the text is never emptied mid-stream
+
+
+def test_finish_flushes_the_last_segment(models: StreamingModels, jfk_pcm: bytes) -> None:
+    cut = jfk_pcm[: int(10.6 * 32000)]      # ends inside "... for your country"
+    streamed, finished = run_sync(SessionRecognizer(models), cut)
+    settled = [u.text for u in streamed if u.is_final]
+    before = settled[-1] if settled else ""
+    assert finished and finished[-1].is_final
+    assert len(words_of(finished[-1].text)) > len(words_of(before))
+    assert "ask what you can do for" in words_of(finished[-1].text)
+
+
+def test_silence_produces_no_text(models: StreamingModels) -> None:
+    rng = np.random.default_rng(1)
+    noise = (rng.normal(0, 30, 3 * 16000)).astype("<i2").tobytes()    # about -60 dBFS
+    streamed, finished = run_sync(SessionRecognizer(models), bytes(2 * 32000) + noise)
+    assert all(not u.text for u in streamed + finished)
+    assert finished == [finished[-1]] and finished[-1].is_final
+
+
+def test_odd_frame_is_refused(models: StreamingModels) -> None:
+    with pytest.raises(StreamError) as err:
+        SessionRecognizer(models).accept(b"\x00\x01\x02")
+    assert err.value.code is StreamErrorCode.invalid_audio_frame
+
+
+def test_vocabulary_biases_recognition(models: StreamingModels) -> None:
+    pcm = pcm_of(TIMIT)
+    terms = [VocabularyTerm(text="dark suit", strength=8), VocabularyTerm(text="wash water", strength=8)]
+    _, finished = run_sync(SessionRecognizer(models, terms), pcm)
+    text = words_of(finished[-1].text)
+    assert "dark suit" in text and "wash water" in text, text
+    assert jiwer.wer(TIMIT_TEXT, text) <= 0.1
+
+
+def test_vocabulary_correction_scales_with_strength() -> None:
+    strong = Vocabulary([VocabularyTerm(text="Kubernetes", strength=12)])
+    weak = Vocabulary([VocabularyTerm(text="Kubernetes", strength=1)])
+    assert strong.correct("We run Cuber Netties, mostly.") == "We run Kubernetes, mostly."
+    assert weak.correct("We run Cuber Netties, mostly.") == "We run Cuber Netties, mostly."
+    assert weak.correct("we run kubernetes") == "we run Kubernetes"          # casing only
+    assert strong.correct("The committee met.") == "The committee met."       # no false hit
+    assert Vocabulary([VocabularyTerm(text="x", strength=0)]).prompt_text == ""
+
+
+def test_audio_buffer_stays_bounded() -> None:
+    buf = AudioBuffer(1000)
+    for i in range(50):
+        buf.append(np.full(64, i, dtype=np.float32))
+        buf.drop_before(buf.end - 300)
+    assert buf.end == 3200 and buf.end - buf.start <= 1000
+    tail = buf.slice(buf.end - 64, buf.end)
+    assert np.all(tail == 49)
+
+
+async def test_engine_runs_sessions_concurrently_off_the_loop(models: StreamingModels,
+                                                               jfk_pcm: bytes) -> None:
+    engine = RealtimeEngine(models, EngineOptions(max_sessions=2))
+    sessions = {"a": jfk_pcm, "b": pcm_of(TIMIT)}
+    for sid in sessions:
+        engine.open(sid)
+    with pytest.raises(StreamError) as err:
+        engine.open("c")
+    assert err.value.code is StreamErrorCode.a5sv2_unavailable
+
+    async def stream(sid: str, pcm: bytes) -> tuple[list[Update], list[Update]]:
+        got: list[Update] = []
+        for frame in frames(pcm):
+            got += await engine.accept(sid, frame)
+            await asyncio.sleep(0.001)           # a little pacing, as a socket would give
+        return got, await engine.finish(sid)
+
+    try:
+        (jfk_stream, jfk_done), (timit_stream, timit_done) = await asyncio.gather(
+            *(stream(sid, pcm) for sid, pcm in sessions.items()))
+        names = {t.name for t in threading.enumerate()}
+    finally:
+        for sid in sessions:
+            engine.close(sid)
+        await engine.aclose()
+    assert jiwer.wer(JFK_TEXT, words_of(jfk_done[-1].text)) <= 0.1
+    assert jiwer.wer(TIMIT_TEXT, words_of(timit_done[-1].text)) <= 0.35
+    assert any(not u.is_final for u in jfk_stream) and any(u.is_final for u in jfk_stream)
+    assert any(n.startswith("a5s-realtime-decode") for n in names)
+    assert any(n.startswith("a5s-realtime-vad") for n in names)
