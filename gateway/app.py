@@ -13,12 +13,17 @@ from .base import NotFoundHandler
 from .console import console_routes
 from .files import FilesHandler, PresignedUploadHandler, UploadUrlHandler
 from .jobs import JobService
+from .metrics import MetricsHandler
+from .openai_compat import OpenAITranscriptionsHandler
 from .openapi import OpenApiHandler
+from .realtime import StreamSocket
+from .realtime_hub import hub_for
+from .playground import playground_routes
 from .subtitles_handler import SubtitlesHandler
 from .transcripts import TranscriptHandler, TranscriptsHandler
 from .usage import UsageHandler
 
-__all__ = ["make_app", "make_console_app", "api_routes"]
+__all__ = ["make_app", "make_console_app", "api_routes", "extra_routes"]
 
 
 def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
@@ -34,14 +39,26 @@ def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/v1/files/upload-url", UploadUrlHandler, deps),
         (r"/v1/uploads/([^/]+)", PresignedUploadHandler, deps),
         (r"/v1/usage", UsageHandler, deps),
+        (r"/v1/realtime", StreamSocket, {"ctx": ctx, "hub": hub_for(ctx)}),
         (r"/v1/openapi\.json", OpenApiHandler, deps),
         (r"/health", HealthHandler, deps),
     ]
 
 
+def extra_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
+    """Served beside the API but not part of its OpenAPI document: the OpenAI-compatible
+    route (OpenAI's contract, docs/client.md), Prometheus metrics and the playground."""
+    return [
+        (r"/v1/audio/transcriptions", OpenAITranscriptionsHandler,
+         {"ctx": ctx, "jobs": JobService(ctx)}),
+        (r"/metrics", MetricsHandler, {"ctx": ctx}),
+        *playground_routes(),
+    ]
+
+
 def make_app(ctx: Context, **settings: Any) -> tornado.web.Application:
     return tornado.web.Application(
-        api_routes(ctx), default_handler_class=NotFoundHandler,
+        api_routes(ctx) + extra_routes(ctx), default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx}, xheaders=False, compress_response=True,
         **settings)
 

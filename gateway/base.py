@@ -109,6 +109,12 @@ class BaseHandler(tornado.web.RequestHandler):
             return InvalidRequest(exc.log_message or "The request is malformed.")
         return InternalError(log=repr(exc) if exc else None)
 
+    def on_finish(self) -> None:
+        # One place counts every REST answer, labelled by route pattern (bounded), not path.
+        route = self.ctx.metrics.route_of(self.application, type(self))
+        self.ctx.metrics.observe_request(route, self.request.method or "", self.get_status(),
+                                         self.request.request_time())
+
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
         if isinstance(value, A5sError) and value.http_status < 500:
             return

@@ -101,11 +101,15 @@ class _StreamedUpload(BaseHandler):
         """Authorise the upload and set ``file_id`` and ``limit``."""
         raise NotImplementedError
 
-    async def prepare(self) -> None:
-        super().prepare()
+    def initialize(self, ctx: Context) -> None:  # type: ignore[override]
+        super().initialize(ctx)
         self.received = 0
+        self.body_complete = False
         self._writer: contextlib.AsyncExitStack | None = None
         self._fh: IO[bytes] | None = None
+
+    async def prepare(self) -> None:
+        super().prepare()
         verb = self.request.method.lower()  # type: ignore[union-attr]
         if getattr(type(self), verb, None) is getattr(tornado.web.RequestHandler, verb, None):
             return  # an unsupported method: tornado answers 405 after this
@@ -117,8 +121,10 @@ class _StreamedUpload(BaseHandler):
                                      param="Content-Length")
             if int(length) > self.limit:
                 raise self.too_large()
-        # The server-wide body limit is small (JSON bodies); uploads raise it per request.
-        self.request.connection.set_max_body_size(self.limit + 1)
+        # The server-wide body limit is small (JSON bodies); uploads raise it per request. It
+        # stays above our own count so that a chunked body over the limit still gets the
+        # 413 envelope from data_received rather than tornado's bare 400.
+        self.request.connection.set_max_body_size(2 * self.limit + (1 << 20))
         self._writer = contextlib.AsyncExitStack()
         self._fh = await self._writer.enter_async_context(
             self.ctx.objects.writer(upload_key(self.file_id)))
@@ -136,7 +142,7 @@ class _StreamedUpload(BaseHandler):
         self._fh.write(chunk)
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
-        if not getattr(self, "body_complete", False):
+        if not self.body_complete:
             # Answered before the body was read: the server closes the connection after this
             # response, so say so and keep clients from reusing it.
             self.set_header("Connection", "close")
@@ -159,6 +165,7 @@ class _StreamedUpload(BaseHandler):
     def on_finish(self) -> None:
         if self._writer is not None:  # an error answered before the body was complete
             self._abort()
+        super().on_finish()
 
     async def store(self) -> int:
         """Commit the streamed object; returns its size."""
@@ -229,9 +236,9 @@ class PresignedUploadHandler(_StreamedUpload):
     async def put(self, file_id: str) -> None:
         if self._finished:
             return
-        size = await self.store()
-        created = datetime.fromisoformat(self.record["created_at"])
-        self.send(await self.records.save(self.record["account_id"], file_id, size, created))
+        size = await self.store()  # the 24 hours of an unused upload start now
+        self.send(await self.records.save(self.record["account_id"], file_id, size,
+                                          datetime.now(UTC)))
 
 
 class UploadUrlHandler(BaseHandler):

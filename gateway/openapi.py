@@ -10,6 +10,7 @@ parameters, and which statuses each handler can answer.
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -21,6 +22,7 @@ from schemas.api import (ENGLISH_VARIANTS, METADATA_MAX_BYTES, Account,
                          CreateTranscript, DeletedTranscript, FileObject, Health, ModelList,
                          Transcript, TranscriptList, UploadUrl, Usage, WebhookEvent)
 from schemas.errors import HTTP_ERRORS, STREAM_CLOSE_CODES, ErrorEnvelope
+from schemas.realtime import ClientMessage, ServerMessage
 
 from .base import BaseHandler
 from .subtitles_handler import DEFAULT_CHARS, MAX_CHARS, MIN_CHARS, SUBTITLE_TYPES
@@ -33,6 +35,8 @@ REF = "#/components/schemas/{model}"
 _MODELS: tuple[type[BaseModel], ...] = (
     Transcript, DeletedTranscript, TranscriptList, CreateTranscript, FileObject, UploadUrl,
     ModelList, Account, Usage, Health, WebhookEvent, ErrorEnvelope)
+_CLIENT_FRAMES = typing.get_args(typing.get_args(ClientMessage)[0])
+_SERVER_FRAMES = typing.get_args(ServerMessage)
 _STORE_ERRORS = (500, 502, 504)  # any handler that reaches ClickHouse, Redis or the store
 _AUTH_ERRORS = (401, 403)
 _TRANSCRIPT_ID = {"type": "string", "pattern": "^tr_[0-9a-z]{26}$"}
@@ -188,7 +192,13 @@ def _realtime() -> Op:
             "`finish`; the server answers `transcript` messages, then `finished`, and closes "
             "with 1000. Authentication and account errors arrive as an `error` message with "
             f"the same `code`, then a close. Error codes and close codes: {closes}."),
-        extra={"x-websocket": True})
+        extra={"x-websocket": {
+            "client-messages": {"oneOf": [_ref(m) for m in _CLIENT_FRAMES],
+                                "discriminator": {"propertyName": "type"}},
+            "client-audio": "binary frames: raw pcm_s16le, 16 kHz, mono; non-empty, even "
+                            "length, at most 64 KB",
+            "server-messages": {"oneOf": [_ref(m) for m in _SERVER_FRAMES],
+                                "discriminator": {"propertyName": "type"}}}})
 
 
 def _error_response(status: int) -> dict[str, Any]:
@@ -248,7 +258,8 @@ def _refine(schemas: dict[str, Any]) -> None:
 @lru_cache(maxsize=4)
 def openapi_document(base_url: str = "") -> dict[str, Any]:
     """The whole document; cached per base URL (it only depends on code)."""
-    _, defs = models_json_schema([(m, "validation") for m in _MODELS], ref_template=REF)
+    models = [(m, "validation") for m in _MODELS + _CLIENT_FRAMES + _SERVER_FRAMES]
+    _, defs = models_json_schema(models, ref_template=REF)
     schemas = defs["$defs"]
     _refine(schemas)
     paths: dict[str, dict[str, Any]] = {}

@@ -91,7 +91,8 @@ async def run_phase(name: str, call: Callable[[int], Awaitable[httpx.Response]],
 
 
 async def bench(url: str, key: str, args: argparse.Namespace) -> list[PhaseResult]:
-    limits = httpx.Limits(max_connections=args.concurrency, max_keepalive_connections=args.concurrency)
+    limits = httpx.Limits(max_connections=args.concurrency,
+                          max_keepalive_connections=args.concurrency)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                  timeout=30, limits=limits) as client:
         created: list[str] = []
@@ -138,7 +139,6 @@ def embedded_stack() -> Iterator[tuple[str, str]]:
         port, console = _free_port(), _free_port()
         env = {**os.environ, "A5S_DATA_DIR": str(data), "A5S_PORT": str(port),
                "A5S_CONSOLE_PORT": str(console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
-               "A5S_EMBEDDED__BROKER_STORAGE": str(_free_port()),
                "A5S_EMBEDDED__REDIS": str(_free_port()), "A5S_LOG_LEVEL": "WARNING"}
         with open(Path(tmp) / "stack.log", "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO, env=env,

@@ -45,6 +45,9 @@ __all__ = ["main", "choose_items"]
 
 FULL_GROUPS = ("pocketsphinx", "whisper", "speechbrain", "deepspeech", "asterisk_8k")
 POLL_S = 1.0
+PROBES = ("real/speechbrain/spk1_snt1.wav", "real/whisper/jfk.flac",
+          "real/asterisk_8k/basic-pbx-ivr-main.wav")
+"""Run alone, one after another, for the latency of a single job on an idle service."""
 
 
 @dataclass
@@ -141,8 +144,29 @@ def run_service(base_url: str, keys: list[str], audio_url: Any, items: list[dict
     return jobs, wall
 
 
-def run_bare(eval_dir: Path, jobs: list[Job], model: str) -> tuple[float, dict[str, str]]:
-    """The bare model on the same files, in this process (model load not timed)."""
+def run_probes(base_url: str, key: str, audio_url: Any) -> dict[str, float]:
+    """Seconds from submission to completion of each probe, run alone on the idle service."""
+    out: dict[str, float] = {}
+    with httpx.Client(base_url=base_url, timeout=60,
+                      headers={"Authorization": f"Bearer {key}"}) as client:
+        for path in PROBES:
+            tid = client.post("/v1/transcripts", json={"audio_url": audio_url(path)}).json()["id"]
+            while True:
+                body = client.get(f"/v1/transcripts/{tid}").json()
+                if body["status"] in ("completed", "error"):
+                    break
+                time.sleep(0.1)
+            out[path] = (_at(body["completed_at"]) - _at(body["created_at"])).total_seconds()
+    return out
+
+
+def run_bare(eval_dir: Path, paths: list[str], model: str
+             ) -> tuple[float, dict[str, str], dict[str, float]]:
+    """The bare model on the same files, in this process (model load not timed).
+
+    Returns:
+        Total seconds, the text of each file, and the seconds of each file.
+    """
     from pipeline.asr import WhisperEngine, WhisperOptions
     from pipeline.models import resolve_whisper
     from pipeline.vad import SileroVad, VadOptions
@@ -152,22 +176,25 @@ def run_bare(eval_dir: Path, jobs: list[Job], model: str) -> tuple[float, dict[s
                            WhisperOptions())
     vad, opts = SileroVad(), VadOptions()
     texts: dict[str, str] = {}
+    seconds: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as scratch:
-        run_item(eval_dir / jobs[0].path, engine, vad, opts, Path(scratch))  # warm-up
-        started = time.perf_counter()
-        for job in jobs:
-            texts[job.path] = run_item(eval_dir / job.path, engine, vad, opts, Path(scratch))
-        return time.perf_counter() - started, texts
+        run_item(eval_dir / paths[0], engine, vad, opts, Path(scratch))  # warm-up
+        for path in paths:
+            started = time.perf_counter()
+            texts[path] = run_item(eval_dir / path, engine, vad, opts, Path(scratch))
+            seconds[path] = time.perf_counter() - started
+    return sum(seconds.values()), texts, seconds
 
 
-def report(jobs: list[Job], wall: float, bare_s: float | None,
-           bare_texts: dict[str, str], quiet: bool) -> None:
+def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
+           quiet: bool) -> None:
     done = [j for j in jobs if j.status == "completed"]
     failed = [j for j in jobs if j.status == "error"]
     if not quiet:
         for j in jobs:
-            score = (f"wer {jiwer.wer(plain_words(j.reference), plain_words(j.text) or '<empty>'):6.1%}"
-                     if j.status == "completed" else f"{j.status or 'unfinished'} {j.error}")
+            wer = jiwer.wer(plain_words(j.reference), plain_words(j.text) or "<empty>")
+            score = (f"wer {wer:6.1%}" if j.status == "completed"
+                     else f"{j.status or 'unfinished'} {j.error}")
             same = "" if j.path not in bare_texts else (
                 "  (= bare model)" if plain_words(bare_texts[j.path]) == plain_words(j.text)
                 else f"  (bare model: {plain_words(bare_texts[j.path])})")
@@ -187,12 +214,14 @@ def report(jobs: list[Job], wall: float, bare_s: float | None,
               f"abbreviations spelled out)")
         if bare_texts:
             bare = jiwer.wer(refs, [plain_words(bare_texts.get(j.path, "")) for j in done])
+            same = sum(plain_words(bare_texts.get(j.path, "")) == plain_words(j.text)
+                       for j in done)
             print(f"bare model WER on the same files {bare:.2%}; identical text on "
-                  f"{sum(plain_words(bare_texts.get(j.path, '')) == plain_words(j.text) for j in done)}"
-                  f"/{len(done)} files")
+                  f"{same}/{len(done)} files")
         print(f"end to end: {wall:.1f} s wall for {audio:.1f} s of audio: RTF {wall / audio:.3f} "
               f"({audio / wall:.1f}x real time)")
-        latency = [(j.completed_at - j.created_at).total_seconds() for j in done]  # type: ignore[operator]
+        latency = [(j.completed_at - j.created_at).total_seconds()  # type: ignore[operator]
+                   for j in done]
         proc = [j.processing_s for j in done]
         print(f"latency created->completed p50 {_pct(latency, 0.5):.1f} s, p95 "
               f"{_pct(latency, 0.95):.1f} s (all submitted at once, so mostly queueing)")
@@ -230,14 +259,15 @@ def main(argv: list[str] | None = None) -> None:
     from tests.stack import EvalServer, Stack
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
+    durations = {i["path"]: i["duration"] or 0.0 for i in manifest["items"]}
     items = choose_items(manifest, args.asterisk16)
     groups: dict[str, list[float]] = {}
     for item in items:
         groups.setdefault(item["path"].split("/")[1], []).append(item["duration"])
     print(f"load average {_load()} on {os.cpu_count()} cores; {len(items)} items, "
           f"{sum(sum(v) for v in groups.values()):.1f} s of audio:")
-    for group, durations in sorted(groups.items()):
-        print(f"  {group:14s} {len(durations):3d} items {sum(durations):7.1f} s")
+    for group, lengths in sorted(groups.items()):
+        print(f"  {group:14s} {len(lengths):3d} items {sum(lengths):7.1f} s")
 
     server = EvalServer(args.eval)
     stack = None
@@ -256,17 +286,24 @@ def main(argv: list[str] | None = None) -> None:
             keys = [stack.new_account()[1] for _ in range(max(1, args.accounts))]
             base_url = stack.url("")
             _warm(base_url, keys[0], server.url("real/whisper/jfk.flac"))
+        probes = run_probes(base_url, keys[0], server.url)
         jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
     finally:
         server.close()
         if stack is not None:
             stack.stop()
     print(f"load average after the service run {_load()}")
-    bare_s, bare_texts = (None, {}) if args.no_bare else run_bare(
-        args.eval, [j for j in jobs if j.status == "completed"], args.model)
+    bare_s, bare_texts, bare_each = (None, {}, {}) if args.no_bare else run_bare(
+        args.eval, [j.path for j in jobs if j.status == "completed"] + list(PROBES), args.model)
     if bare_s is not None:
+        bare_s -= sum(bare_each[p] for p in PROBES)
         print(f"load average after the bare run {_load()}")
     report(jobs, wall, bare_s, bare_texts, args.quiet)
+    print("\none job at a time on the idle service (submission to completion) vs the bare model:")
+    for path, seconds in probes.items():
+        bare = f"{bare_each[path]:5.1f} s" if path in bare_each else "    -"
+        print(f"  {durations.get(path, 0.0):5.1f} s of audio: service {seconds:5.1f} s, "
+              f"bare model {bare}  {path}")
 
 
 def _warm(base_url: str, key: str, url: str) -> None:

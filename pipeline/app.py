@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import time
+from collections.abc import Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
 import faust
 
 from schemas.errors import JobErrorCode, JobFailed
+from schemas.records import Submitted
 from schemas.settings import Settings
 from stores.context import Context
 from stores.transcripts import Transcripts
@@ -45,6 +47,18 @@ def create_app(settings: Settings) -> faust.App:
         consumer_auto_offset_reset="earliest", web_enabled=False, autodiscover=False,
         producer_acks=-1, table_standby_replicas=0, stream_wait_empty=False,
         key_serializer="raw", value_serializer="raw", logging_config=None)
+
+
+def _is_new_job(old: AccountState, event: Any) -> bool:
+    """A ``submitted`` event seen for the first time (not a replay)."""
+    tid = getattr(event, "transcript_id", None)
+    return (isinstance(event, Submitted) and tid not in old.queue
+            and tid not in old.processing and tid not in old.recent)
+
+
+def _first_settled(old: AccountState, fx: Effects) -> set[str]:
+    """Jobs whose outcome this event counts for the first time (a replay settles again)."""
+    return {s.transcript_id for s in fx.settled if s.transcript_id in old.processing}
 
 
 class Pipeline:
@@ -86,16 +100,29 @@ class Pipeline:
             self._register_webhooks()
         if "retention" in names:
             self.app.timer(SWEEP_INTERVAL_S, name="a5s.retention")(self.sweep)
+        if "realtime" in names:
+            self._register_realtime()
         for name, handler in handlers.items():
             if name in names:
                 self._agent(name, handler, retries=None if name in ("finalize", "publish")
                             else self.settings.stage_retries)
 
+    def _register_realtime(self) -> None:
+        """Live sessions: a task running the realtime agent's own low-latency consumer."""
+        from .realtime.agent import RealtimeAgent
+        self.realtime = RealtimeAgent(self.settings, self.ctx.producer.send)
+
+        async def realtime() -> None:
+            await self.realtime.serve()
+
+        self.app.task(realtime)
+
     def _register_webhooks(self) -> None:
         """The ``webhooks`` agent fills the delivery table; a timer delivers what is due."""
         self.webhooks = WebhookScheduler(
             self.app, self.ctx, WebhookSender(self.ctx, self.transcripts),
-            topic=self.settings.topic_prefix + node("webhooks").reads[0].name)
+            topic=self.settings.topic_prefix + node("webhooks").reads[0].name,
+            metrics=self.ctx.metrics)
         self._agent("webhooks", self.webhooks.on_due, retries=None)
         self.app.timer(SCAN_INTERVAL_S, name="a5s.webhooks-due")(self.webhooks.tick)
 
@@ -122,6 +149,14 @@ class Pipeline:
 
     async def _run(self, name: str, handler: Callable[[Any], Awaitable[None]], record: Any,
                    retries: int | None) -> None:
+        started = time.perf_counter()
+        try:
+            await self._attempts(name, handler, record, retries)
+        finally:
+            self.ctx.metrics.stage_duration.labels(name).observe(time.perf_counter() - started)
+
+    async def _attempts(self, name: str, handler: Callable[[Any], Awaitable[None]], record: Any,
+                        retries: int | None) -> None:
         attempt = 0
         while True:
             try:
@@ -129,6 +164,7 @@ class Pipeline:
                 return
             except JobFailed as exc:
                 log.info("%s %s: %s", name, getattr(record, "transcript_id", "?"), exc)
+                self.ctx.metrics.stage_failures.labels(name).inc()
                 await self.stages.fail(record.account_id, record.transcript_id, exc.code,
                                        exc.message)
                 return
@@ -139,6 +175,7 @@ class Pipeline:
                 log.warning("%s failed (attempt %d): %r", name, attempt, exc,
                             exc_info=attempt == 1)
                 if retries is not None and attempt > retries:
+                    self.ctx.metrics.stage_failures.labels(name).inc()
                     await self.stages.fail(record.account_id, record.transcript_id,
                                            JobErrorCode.internal_error,
                                            "Processing failed after automatic retries; "
@@ -158,13 +195,22 @@ class Pipeline:
         await self.ctx.redis.set_json({"used": new.used, "reserved": new.reserved,
                                        "processing": len(new.processing),
                                        "queued": len(new.queue)}, "ledger", account_id)
-        await self._carry_out(fx, now)
+        if _is_new_job(state, event):
+            self.ctx.metrics.jobs.labels("queued").inc()
+        await self._carry_out(fx, now, first=_first_settled(state, fx))
         self.accounts[account_id] = new.model_dump_json().encode()
 
-    async def _carry_out(self, fx: Effects, now: datetime) -> None:
+    async def _carry_out(self, fx: Effects, now: datetime,
+                         first: Collection[str] = ()) -> None:
+        """``first``: ids whose outcome this event counts for the first time (not a replay)."""
         for settled in fx.settled:  # before the freed slot goes to the next job
-            await self.stages.settle(settled, now)
+            row = await self.stages.settle(settled, now)
+            if settled.transcript_id in first and row is not None:
+                self.ctx.metrics.observe_job(settled.status, row.created_at, row.started_at,
+                                             row.completed_at, row.audio_duration)
         for change in fx.changes:
+            self.ctx.metrics.jobs.labels("canceled" if change.status == "deleted"
+                                         else change.status).inc()
             if change.status != "deleted":
                 await self.transcripts.change(change.transcript_id, change.status, change.at)
         for job in fx.dispatch:

@@ -38,6 +38,7 @@ from schemas.api import WebhookEvent
 from schemas.records import JobSpec, WebhookDue
 from schemas.settings import WebhookSettings
 from stores.context import Context
+from stores.metrics import Metrics
 from stores.objects import ObjectMissing
 from stores.transcripts import Transcripts
 
@@ -236,9 +237,11 @@ class WebhookScheduler:
     """
 
     def __init__(self, app: Any, ctx: Context, sender: WebhookSender, *, topic: str,
-                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)) -> None:
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+                 metrics: Metrics | None = None) -> None:
         self.app = app
         self.ctx = ctx
+        self.metrics = metrics
         self.sender = sender
         self.topic = topic
         self.partitions = ctx.settings.partitions
@@ -298,6 +301,8 @@ class WebhookScheduler:
                advance(delivery, status if isinstance(status, int) else None, now,
                        self.schedule))
         self._save(new)
+        if self.metrics is not None:
+            self.metrics.webhook_deliveries.labels(new.outcome or "retrying").inc()
         await self._flush()
         if new.done:
             made = delivery.attempt + (status != "gone")

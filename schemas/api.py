@@ -292,10 +292,13 @@ class CreateTranscript(_Resource):
     file_id: StrictStr | None = Field(None, max_length=FIELD_MAXIMA["file_id"])
     language_code: StrictStr = Field("en", max_length=FIELD_MAXIMA["language_code"])
     webhook_url: StrictStr | None = Field(None, max_length=FIELD_MAXIMA["webhook_url"])
+    # An HTTP header name is a token, and its value visible ASCII, space or tab (RFC 9110):
+    # anything else cannot be sent, and CR or LF would inject headers.
     webhook_auth_header_name: StrictStr | None = Field(
-        None, max_length=FIELD_MAXIMA["webhook_auth_header_name"])
+        None, max_length=FIELD_MAXIMA["webhook_auth_header_name"],
+        pattern=r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
     webhook_auth_header_value: StrictStr | None = Field(
-        None, max_length=FIELD_MAXIMA["webhook_auth_header_value"])
+        None, max_length=FIELD_MAXIMA["webhook_auth_header_value"], pattern=r"^[\t\x20-\x7e]*$")
     metadata: dict[str, Any] = Field(default_factory=dict)
 
     @field_validator("model")

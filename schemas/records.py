@@ -216,6 +216,13 @@ class CompletedTranscript(Record):
 # --- realtime [key: session_id] ---------------------------------------------------------------
 
 class RealtimeAudio(Record):
+    """A stretch of a live session's audio (16 kHz s16le ``pcm``, base64 in JSON).
+
+    ``seq`` 0 opens the session (``vocabulary``, no audio); ``final`` ends it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_bytes="base64",
+                              val_json_bytes="base64")
     session_id: str
     seq: int
     gateway_id: str
@@ -225,8 +232,16 @@ class RealtimeAudio(Record):
 
 
 class RealtimeMessage(Record):
+    """From the realtime worker to the owning gateway.
+
+    ``seq`` is the last audio record of the session the worker has taken in, so every
+    message is also a progress report. ``progress`` says only that (sent at least once a
+    second while audio flows, and once when the session opens); ``finished`` follows the
+    last transcript after the ``final`` audio record; ``provider_error`` ends the session.
+    """
+
     session_id: str
     seq: int
-    type: Literal["transcript", "provider_error"]
+    type: Literal["transcript", "progress", "finished", "provider_error"]
     text: str = ""
     is_final: bool = False

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field, SecretStr
 from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
                                TomlConfigSettingsSource)
 
-__all__ = ["Settings", "DefaultLimits", "EmbeddedPorts", "WebhookSettings", "ModelSettings"]
+__all__ = ["Settings", "DefaultLimits", "EmbeddedPorts", "WebhookSettings", "ModelSettings",
+           "RealtimeSettings"]
 
 
 class DefaultLimits(BaseModel):
@@ -41,7 +42,6 @@ class EmbeddedPorts(BaseModel):
 
     model_config = {"frozen": True}
     kafka: int = 19092
-    broker_storage: int = 19000
     redis: int = 16379
 
 
@@ -64,6 +64,44 @@ class ModelSettings(BaseModel):
     cpu_threads: int = 2
     streaming_partial: str = "tiny.en"
     streaming_final: str = "base"
+
+
+class RealtimeSettings(BaseModel):
+    """Live streaming (``WSS /v1/realtime``): protocol limits, timers and the audio path."""
+
+    model_config = {"frozen": True}
+    start_timeout_s: float = 45.0
+    """The ``start`` message must arrive this soon after connecting (``invalid_start``)."""
+    idle_timeout_s: float = 45.0
+    """No client message for this long ends the session (``idle_timeout``)."""
+    max_session_s: float = 300.0
+    """Audio per session, s; an account's ``max_session_seconds`` may lower it."""
+    max_frame_bytes: int = 64 * 1024
+    max_message_bytes: int = 1 << 20
+    """Larger frames close the connection without a message (the spec's 1 MB)."""
+    burst_ms: int = 2000
+    """Audio a client may send ahead of real time, ms."""
+    allowed_origins: tuple[str, ...] = ()
+    """Browser origins allowed besides the gateway's own (``*`` allows any); clients that
+    send no ``Origin`` header (not browsers) are always allowed."""
+    batch_ms: int = 100
+    """The gateway forwards a session's audio in records of about this much audio, ms."""
+    fetch_max_wait_ms: int = 10
+    """Fetch wait of the realtime consumers (gateway and worker); aiokafka's 500 ms
+    default would add up to half a second to every message."""
+    provider_start_timeout_s: float = 60.0
+    """How long a new session waits for a worker to take it (models may be loading)."""
+    stall_timeout_s: float = 8.0
+    """Audio sent this long ago without word from the worker ends the session with
+    ``provider_error`` and ``a5sv2_unavailable``."""
+    finish_timeout_s: float = 30.0
+    """How long ``finish`` waits for the final transcript."""
+    lease_ttl_s: float = 30.0
+    """Live-session slot lease in Redis, renewed every third of it while the session lives."""
+    worker_max_sessions: int = 10
+    """Sessions one worker decodes at once; more get ``a5sv2_unavailable``."""
+    worker_orphan_s: float = 90.0
+    """A worker drops a session that received no audio record for this long."""
 
 
 class Settings(BaseSettings):
@@ -97,6 +135,7 @@ class Settings(BaseSettings):
     limits: DefaultLimits = DefaultLimits()
     webhooks: WebhookSettings = WebhookSettings()
     models: ModelSettings = ModelSettings()
+    realtime: RealtimeSettings = RealtimeSettings()
 
     allow_private_audio_urls: bool = False
     """Lets ``audio_url`` reach private and loopback addresses (tests, trusted networks)."""

@@ -12,6 +12,7 @@ from schemas.settings import Settings
 from .accounts import Accounts
 from .clickhouse import ClickHouse
 from .kafka import Producer
+from .metrics import Metrics
 from .objects import FileStore, ObjectStore, S3Store
 from .redis import RedisStore
 
@@ -38,6 +39,8 @@ class Context:
     producer: Producer
     accounts: Accounts
     extras: dict[str, object] = field(default_factory=dict)
+    metrics: Metrics = field(default_factory=Metrics)
+    """This process's Prometheus registry (served at ``GET /metrics``)."""
 
     @classmethod
     def build(cls, settings: Settings) -> Context:

@@ -74,10 +74,10 @@ class Stack:
             self.env = {"A5S_DATA_DIR": str(self.data_dir), "A5S_PORT": str(self.port),
                         "A5S_CONSOLE_PORT": str(self.console_port),
                         "A5S_EMBEDDED__KAFKA": str(free_port()),
-                        "A5S_EMBEDDED__BROKER_STORAGE": str(free_port()),
                         "A5S_EMBEDDED__REDIS": str(free_port()),
                         "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
-                        "A5S_LOG_LEVEL": "INFO", "PYTHONUNBUFFERED": "1", **self.env}
+                        "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
+                        "PYTHONUNBUFFERED": "1", **self.env}
         env = {**os.environ, **self.env}
         self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO,

@@ -453,7 +453,14 @@ class SessionRecognizer:
         seg = self._segment
         if partial and seg is not None and seg.partial_text:
             parts.append(seg.partial_text)
-        return " ".join(parts)
+        # Whisper sees each segment alone and sometimes starts one in lower case;
+        # a transcript or sentence start is capitalised.
+        out = ""
+        for part in parts:
+            if not out or out[-1] in ".!?":
+                part = part[:1].upper() + part[1:]
+            out = f"{out} {part}" if out else part
+        return out
 
     def _trim(self) -> None:
         seg = self._segment

@@ -69,6 +69,19 @@ def raw_request(port: int, head: str, body: bytes = b"") -> tuple[int, dict[str,
 # --- fixtures ---------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module", autouse=True)
+def no_uncaught_errors(stack: Stack) -> Iterator[None]:
+    """Whatever the clients saw, the service must not have logged an unhandled exception."""
+    log = stack.data_dir.parent / f"{stack.data_dir.name}.log"
+    start = log.stat().st_size
+    yield
+    with open(log, "rb") as fh:
+        fh.seek(start)
+        text = fh.read().decode(errors="replace")
+    assert "Uncaught exception" not in text and "Exception in exception handler" not in text, \
+        text[text.find("Uncaught exception") - 200:][:3000]
+
+
 @pytest.fixture(scope="module")
 def key(stack: Stack) -> str:
     return stack.new_account()[1]
@@ -121,12 +134,22 @@ def test_models_and_openapi_need_no_key(stack: Stack) -> None:
     assert doc["openapi"].startswith("3.1") and doc["info"]["version"] == "1.0.0"
 
 
+class _RouteTableContext(SimpleNamespace):
+    """Enough of a Context to build the route table without connecting to anything."""
+
+    def __init__(self) -> None:
+        super().__init__(extras={})
+
+    def __getattr__(self, name: str) -> None:
+        return None
+
+
 def test_openapi_describes_every_route(stack: Stack) -> None:
     from gateway.app import api_routes
     doc = httpx.get(stack.url("/v1/openapi.json")).json()
     described = {re.sub(r"\{[^}]+\}", "X", p) for p in doc["paths"]}
     routes = {re.sub(r"\([^)]*\)", "X", r[0]).replace("\\", "")
-              for r in api_routes(SimpleNamespace(ch=None))}  # type: ignore[arg-type]
+              for r in api_routes(_RouteTableContext())}  # type: ignore[arg-type]
     assert routes | {"/v1/realtime"} <= described, routes - described
     for path, item in doc["paths"].items():
         for method, op in item.items():
@@ -229,6 +252,16 @@ BAD_BODIES: list[tuple[str, Any, str, str | None]] = [
     ("header value without url", {"audio_url": "http://a.example/x",
                                   "webhook_auth_header_value": "b"},
      "invalid_request", "webhook_auth_header_value"),
+    ("header name not a token", {"audio_url": "http://a.example/x",
+                                 "webhook_url": "http://a.example/h",
+                                 "webhook_auth_header_name": "X Auth",
+                                 "webhook_auth_header_value": "b"},
+     "invalid_request", "webhook_auth_header_name"),
+    ("header value injects", {"audio_url": "http://a.example/x",
+                              "webhook_url": "http://a.example/h",
+                              "webhook_auth_header_name": "X-Auth",
+                              "webhook_auth_header_value": "b\r\nX-Evil: 1"},
+     "invalid_request", "webhook_auth_header_value"),
     ("webhook not http", {"audio_url": "http://a.example/x", "webhook_url": "mailto:a@b.c"},
      "invalid_request", "webhook_url"),
     ("model wrong type", {"audio_url": "http://a.example/x", "model": 1}, "invalid_request",
@@ -304,7 +337,7 @@ def test_not_found(stack: Stack, client: httpx.Client, dead_url: str) -> None:
                          ("DELETE", f"/v1/transcripts/{missing}"),
                          ("GET", f"/v1/transcripts/{missing}/subtitles"),
                          ("GET", "/v1/nothing-here"), ("POST", "/v2/transcripts"),
-                         ("GET", "/")]:
+                         ("GET", f"/v1/transcripts/{missing}/words/1")]:
         expect_error(client.request(method, path), 404, "not_found")
     theirs = client.post("/v1/transcripts", json={"audio_url": dead_url}).json()["id"]
     _, other_key = stack.new_account()

@@ -85,8 +85,7 @@ def test_listeners_bind_loopback_only(stack: Stack) -> None:
     out = subprocess.run(["ss", "-ltnp"], capture_output=True, text=True).stdout \
         if os.path.exists("/usr/bin/ss") or os.path.exists("/bin/ss") else ""
     ports = [stack.port, stack.console_port, int(stack.env["A5S_EMBEDDED__KAFKA"]),
-             int(stack.env["A5S_EMBEDDED__REDIS"]),
-             int(stack.env["A5S_EMBEDDED__BROKER_STORAGE"])]
+             int(stack.env["A5S_EMBEDDED__REDIS"])]
     if not out:
         pytest.fail("ss is not available to list listening sockets")
     for port in ports:

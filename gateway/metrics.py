@@ -1,0 +1,44 @@
+"""``GET /metrics``: this process's Prometheus registry in the text exposition format.
+
+No bearer key: Prometheus scrapes without one, and the gateway binds loopback unless
+told otherwise. Where the API listener is public, keep ``/metrics`` off the public
+proxy (see ``docs/client.md``, "Metrics").
+
+The queue depth is an honest approximation: Kafka consumer lag per topic would need
+the broker's group offsets, so ``a5s_jobs_in_state{state}`` counts the jobs ClickHouse
+holds as ``queued`` (waiting for one of the account's slots) and ``processing`` (in the
+stages), read at scrape time.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from schemas.errors import A5sError
+from stores.metrics import CONTENT_TYPE_LATEST
+
+from .base import BaseHandler
+
+__all__ = ["MetricsHandler", "JOBS_IN_STATE_SQL"]
+
+log = logging.getLogger("a5s.gateway")
+
+JOBS_IN_STATE_SQL = ("SELECT status, count() AS n FROM {db}.transcripts FINAL "
+                     "WHERE deleted = 0 AND status IN ('queued', 'processing') GROUP BY status")
+
+
+class MetricsHandler(BaseHandler):
+    QUERY = {"GET": ()}
+
+    async def get(self) -> None:
+        metrics = self.ctx.metrics
+        try:
+            rows = await self.ctx.ch.query(JOBS_IN_STATE_SQL)
+        except A5sError as exc:  # the rest of the registry is still worth serving
+            log.warning("metrics: jobs in state unavailable: %s", exc.log or exc)
+        else:
+            counts = {r["status"]: int(r["n"]) for r in rows}
+            for state in ("queued", "processing"):
+                metrics.jobs_in_state.labels(state).set(counts.get(state, 0))
+        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
+        self.finish(metrics.exposition())

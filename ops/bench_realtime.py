@@ -1,0 +1,322 @@
+"""Streaming benchmark through the service: ``WSS /v1/realtime`` end to end.
+
+``python -m ops.bench_realtime [--sessions N ...] [--url ws://host:port --key a5s_sk_...]``
+
+Without ``--url`` it starts its own embedded stack (``a5s up`` in a temporary data
+directory, on free loopback ports; extra ``A5S_*`` settings pass through the
+environment, e.g. ``A5S_MODELS__STREAMING_FINAL=tiny.en``) and makes an account for the
+run. Each session streams the ~95 s programme of :mod:`ops.bench_streaming` (real
+speech from ``../shared/eval`` with 1 s pauses, each session in a different order) in
+20 ms frames at real-time pace over its own WebSocket; N sessions run at once, starting
+0.23 s apart. The figures therefore include everything a client sees: the gateway,
+Kafka both ways, the realtime agent and the engine.
+
+Definitions (times are on the session's audio clock: 0 = first frame sent):
+
+* **WER**: the last transcript before ``finished`` against the clip references,
+  lowercased, punctuation removed, pooled over sessions.
+* **Phrase start / end**: offline Silero VAD over the clean session audio, as in
+  :mod:`ops.bench_streaming`.
+* **Final latency**: for each ``is_final`` message sent before ``finish``, its arrival
+  minus the latest phrase end before it not claimed by an earlier final (finals that
+  settle a long segment mid-speech claim none and are not counted).
+* **First partial**: for each phrase start after at least 0.8 s without speech, the
+  arrival of the first message whose text has more words than the settled text (the
+  last final) minus that start.
+* **Keep-up**: how late the sender fell behind its schedule (max), and the time from
+  ``finish`` to ``finished`` (the decode backlog left at the end).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jiwer
+import numpy as np
+
+from ops.bench_streaming import CLIPS, build_stream, normalize, phrase_marks
+from pipeline.realtime import StreamingVad, default_vad_path
+
+__all__ = ["main", "run_session", "score"]
+
+SR = 16000
+FRAME_BYTES = 640
+"""20 ms of 16 kHz s16le."""
+NEW_PHRASE_GAP_S = 0.8
+
+
+@dataclass
+class Session:
+    pcm: np.ndarray
+    reference: str
+    starts: list[float]
+    ends: list[float]
+    messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
+    ready_s: float = 0.0
+    max_send_lag: float = 0.0
+    finish_s: float = 0.0
+    text: str = ""
+    finished: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+
+
+async def run_session(url: str, key: str, res: Session, delay: float) -> None:
+    import websockets
+    await asyncio.sleep(delay)
+    t_connect = time.perf_counter()
+    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {key}"},
+                                  max_size=None) as ws:
+        await ws.send(json.dumps({"type": "start"}))
+        while True:
+            msg = json.loads(await ws.recv())
+            if msg["type"] == "ready":
+                break
+            if msg["type"] == "error":
+                res.error = f"{msg['code']}: {msg['message']}"
+                return
+        res.ready_s = time.perf_counter() - t_connect
+        t0 = time.perf_counter()
+        done = asyncio.Event()
+        t_finish = 0.0
+
+        async def reader() -> None:
+            async for raw in ws:
+                msg = json.loads(raw)
+                now = time.perf_counter() - t0
+                res.messages.append((now, msg))
+                if msg["type"] == "finished":
+                    res.finished = msg
+                    res.finish_s = now - t_finish
+                elif msg["type"] == "error":
+                    res.error = f"{msg['code']}: {msg['message']}"
+            done.set()
+
+        task = asyncio.create_task(reader())
+        pcm = res.pcm.tobytes()
+        n = len(pcm) // FRAME_BYTES
+        for i in range(n):
+            due = t0 + i * FRAME_BYTES / 2 / SR
+            now = time.perf_counter()
+            if now < due:
+                await asyncio.sleep(due - now)
+            res.max_send_lag = max(res.max_send_lag, time.perf_counter() - due)
+            await ws.send(pcm[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
+        await asyncio.sleep(max(0.0, t0 + n * FRAME_BYTES / 2 / SR - time.perf_counter()))
+        t_finish = time.perf_counter() - t0
+        await ws.send(json.dumps({"type": "finish"}))
+        await done.wait()
+        await task
+    texts = [m["text"] for _, m in res.messages if m["type"] == "transcript"]
+    res.text = texts[-1] if texts else ""
+
+
+def _words(text: str) -> int:
+    return len(normalize(text).split())
+
+
+def score(results: list[Session]) -> dict[str, float]:
+    ok = [r for r in results if not r.error]
+    refs = [normalize(r.reference) for r in ok]
+    wer = jiwer.process_words(refs, [normalize(r.text) for r in ok]) if ok else None
+    latencies, firsts = [], []
+    for r in ok:
+        end_of_audio = len(r.pcm) / SR
+        transcripts = [(t, m) for t, m in r.messages if m["type"] == "transcript"]
+        claimed: set[float] = set()
+        for t, m in transcripts:
+            if not m["is_final"] or t > end_of_audio:
+                continue
+            candidates = [e for e in r.ends if e < t]
+            if candidates and candidates[-1] not in claimed:
+                claimed.add(candidates[-1])
+                latencies.append(t - candidates[-1])
+        previous_end = -10.0
+        for s in r.starts:
+            gap = s - previous_end
+            previous_end = next((e for e in r.ends if e > s), end_of_audio)
+            if gap < NEW_PHRASE_GAP_S or s > end_of_audio:
+                continue
+            settled = ""
+            for t, m in transcripts:
+                if t >= s and _words(m["text"]) > _words(settled):
+                    firsts.append(t - s)
+                    break
+                if m["is_final"]:
+                    settled = m["text"]
+    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
+    return {
+        "errors": len(results) - len(ok),
+        "wer": wer.wer if wer else float("nan"), "sub": wer.substitutions if wer else 0,
+        "del": wer.deletions if wer else 0, "ins": wer.insertions if wer else 0,
+        "words": sum(len(x.split()) for x in refs),
+        "final_median": pct(latencies, 50), "final_p95": pct(latencies, 95),
+        "final_max": max(latencies, default=float("nan")), "finals": len(latencies),
+        "first_median": pct(firsts, 50), "first_p95": pct(firsts, 95),
+        "first_max": max(firsts, default=float("nan")), "firsts": len(firsts),
+        "send_lag_max": max((r.max_send_lag for r in ok), default=float("nan")),
+        "finish_max": max((r.finish_s for r in ok), default=float("nan")),
+        "ready_max": max((r.ready_s for r in ok), default=float("nan")),
+        "partials": sum(1 for r in ok for _, m in r.messages
+                        if m["type"] == "transcript" and not m["is_final"]),
+    }
+
+
+def sessions_for(n: int, eval_dir: Path, vad: StreamingVad) -> list[Session]:
+    out = []
+    for k in range(n):
+        order = list(range(len(CLIPS)))
+        order = order[k * 4 % len(order):] + order[:k * 4 % len(order)]
+        pcm, ref = build_stream(eval_dir, order)
+        starts, ends = phrase_marks(vad, pcm)
+        out.append(Session(pcm, ref, starts, ends))
+    return out
+
+
+# --- an embedded stack for the run ------------------------------------------------------------
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _Stack:
+    """``a5s up`` in a temporary directory; ``new_key`` makes an account through the console."""
+
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="a5s-bench-"))
+        self.port, self.console = _free_port(), _free_port()
+        env = {**os.environ, "A5S_DATA_DIR": str(self.dir / "data"), "A5S_PORT": str(self.port),
+               "A5S_CONSOLE_PORT": str(self.console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
+               "A5S_EMBEDDED__BROKER_STORAGE": str(_free_port()),
+               "A5S_EMBEDDED__REDIS": str(_free_port()), "PYTHONUNBUFFERED": "1"}
+        self.log = open(self.dir / "service.log", "ab")
+        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"],
+                                     cwd=Path(__file__).resolve().parents[1], env=env,
+                                     stdout=self.log, stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
+                    return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.5)
+        self.close()
+        raise RuntimeError(f"the stack did not start; see {self.log.name}")
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/v1/realtime"
+
+    def new_key(self) -> str:
+        token = (self.dir / "data" / "console.token").read_text().strip()
+        base = f"http://127.0.0.1:{self.console}/console/v1"
+        auth = {"Authorization": f"Bearer {token}"}
+        account = httpx.post(f"{base}/accounts", json={"email": "bench@example.com"},
+                             headers=auth, timeout=30).json()["account"]
+        return httpx.post(f"{base}/accounts/{account['id']}/keys", json={"name": "bench"},
+                          headers=auth, timeout=30).json()["key"]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+async def _warm(url: str, key: str) -> None:
+    """One short session so model loading is not measured."""
+    import websockets
+    async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {key}"}) as ws:
+        await ws.send(json.dumps({"type": "start"}))
+        while json.loads(await ws.recv())["type"] != "ready":
+            pass
+        await ws.send(bytes(FRAME_BYTES))
+        await ws.send(json.dumps({"type": "finish"}))
+        async for _ in ws:
+            pass
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sessions", type=int, action="append",
+                        help="concurrent sessions (repeatable; default 1 and 5)")
+    parser.add_argument("--url", help="the service's ws(s)://host:port/v1/realtime "
+                        "(default: start an embedded stack)")
+    parser.add_argument("--key", help="API key for --url")
+    parser.add_argument("--eval", type=Path,
+                        default=Path(__file__).resolve().parents[2] / "shared" / "eval")
+    parser.add_argument("--show", action="store_true", help="print each session's transcript")
+    args = parser.parse_args(argv)
+    stack = None
+    if args.url:
+        url, key = args.url, args.key
+    else:
+        t = time.perf_counter()
+        stack = _Stack()
+        url, key = stack.url, stack.new_key()
+        print(f"embedded stack up in {time.perf_counter() - t:.1f} s ({stack.dir})")
+    try:
+        t = time.perf_counter()
+        asyncio.run(_warm(url, key))
+        print(f"warm-up session (models load on the first) {time.perf_counter() - t:.1f} s; "
+              f"cores {os.cpu_count()}")
+        vad = StreamingVad(default_vad_path())
+        for n in args.sessions or [1, 5]:
+            results = sessions_for(n, args.eval, vad)
+            load0 = os.getloadavg()[0]
+            t = time.perf_counter()
+
+            async def all_sessions() -> None:
+                await asyncio.gather(*(run_session(url, key, r, 0.23 * k)
+                                       for k, r in enumerate(results)))
+
+            asyncio.run(all_sessions())
+            wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
+            s = score(results)
+            print(f"\n== {n} session(s) through the service, "
+                  f"{sum(len(r.pcm) for r in results) / SR / n:.1f} s audio each, wall "
+                  f"{wall:.1f} s, load average {load0:.2f} -> {load1:.2f}, errors {s['errors']}")
+            for r in results:
+                if r.error:
+                    print("  session error:", r.error)
+            print(f"WER {s['wer'] * 100:.2f}% (S{s['sub']} D{s['del']} I{s['ins']} of "
+                  f"{s['words']} words)")
+            print(f"final latency: median {s['final_median']:.2f} s, p95 {s['final_p95']:.2f} s, "
+                  f"max {s['final_max']:.2f} s over {s['finals']} finals")
+            print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, "
+                  f"max {s['first_max']:.2f} s over {s['firsts']} phrases")
+            print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finished after "
+                  f"finish {s['finish_max']:.2f} s (max), ready after connect "
+                  f"{s['ready_max']:.2f} s (max), {s['partials']} partial messages")
+            if args.show:
+                for r in results:
+                    print("  REF:", normalize(r.reference))
+                    print("  HYP:", r.text)
+    finally:
+        if stack is not None:
+            stack.close()
+
+
+if __name__ == "__main__":
+    main()

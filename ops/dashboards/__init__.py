@@ -1,0 +1,1 @@
+"""Grafana dashboards over ClickHouse, built from the saved queries in ``ops/queries``."""

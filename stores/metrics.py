@@ -1,0 +1,116 @@
+"""The Prometheus metrics of one process: one ``CollectorRegistry``, held by its ``Context``.
+
+Nothing here is module-level state: every ``Metrics`` owns its registry, so two
+contexts in one test process never collide. The gateway serves the registry at
+``GET /metrics`` (``gateway/metrics.py``); the pipeline, the webhook scheduler and the
+realtime handler record into the same object through ``ctx.metrics``.
+
+Names follow Prometheus conventions: ``a5s_`` prefix, base units (seconds), ``_total``
+for counters. Label values are bounded sets (route patterns, stage names, states,
+outcomes), never ids or raw paths.
+
+Hooks for other components:
+
+* ``metrics.live_sessions.inc()`` / ``.dec()`` when a realtime session opens / ends;
+* ``metrics.observe_job(...)`` when a batch job's outcome is counted;
+* ``metrics.webhook_deliveries.labels(outcome).inc()`` after each delivery attempt.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+__all__ = ["Metrics", "CONTENT_TYPE_LATEST", "route_label"]
+
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+_STAGE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
+                  900.0, 3600.0)
+_RTF_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
+_GROUP = re.compile(r"\((?:[^()\\]|\\.)*\)")
+
+
+def route_label(pattern: str) -> str:
+    """``/v1/transcripts/([^/]+)/subtitles$`` -> ``/v1/transcripts/{id}/subtitles``."""
+    label = _GROUP.sub("{id}", pattern.removesuffix("$"))
+    return label.replace("\\.", ".")
+
+
+class Metrics:
+    """Every metric a5s exports, registered in this object's own registry."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.http_requests = Counter(
+            "a5s_http_requests", "HTTP requests answered, by route pattern, method and status.",
+            ["route", "method", "status"], registry=r)
+        self.http_duration = Histogram(
+            "a5s_http_request_duration_seconds", "Time to answer an HTTP request.",
+            ["route", "method"], buckets=_LATENCY_BUCKETS, registry=r)
+        self.jobs = Counter(
+            "a5s_jobs", "Batch job state transitions: queued, processing, completed, error, "
+            "canceled.", ["state"], registry=r)
+        self.jobs_in_state = Gauge(
+            "a5s_jobs_in_state", "Batch jobs waiting or running now (from ClickHouse at scrape "
+            "time): queued = waiting for a slot, processing = in the stages.", ["state"],
+            registry=r)
+        self.stage_duration = Histogram(
+            "a5s_stage_duration_seconds", "Time one pipeline stage spent on one record, retries "
+            "included.", ["stage"], buckets=_STAGE_BUCKETS, registry=r)
+        self.stage_failures = Counter(
+            "a5s_stage_failures", "Records a stage ended as a job error (spec code or after "
+            "retries).", ["stage"], registry=r)
+        self.realtime_factor = Histogram(
+            "a5s_realtime_factor", "Per completed job: processing wall time (started_at to "
+            "completed_at) divided by audio duration.", buckets=_RTF_BUCKETS, registry=r)
+        self.job_latency = Histogram(
+            "a5s_job_latency_seconds", "Per finished job: created_at to completed_at (queue "
+            "wait included).", buckets=_STAGE_BUCKETS, registry=r)
+        self.live_sessions = Gauge(
+            "a5s_live_sessions", "Realtime WebSocket sessions open on this process.",
+            registry=r)
+        self.webhook_deliveries = Counter(
+            "a5s_webhook_deliveries", "Webhook delivery attempts by outcome: delivered, "
+            "retrying, rejected, gave_up, abandoned.", ["outcome"], registry=r)
+        self._routes: dict[tuple[int, type], str] = {}
+
+    # --- recording helpers ---------------------------------------------------------------------
+
+    def observe_request(self, route: str, method: str, status: int, seconds: float) -> None:
+        self.http_requests.labels(route, method, str(status)).inc()
+        self.http_duration.labels(route, method).observe(seconds)
+
+    def observe_job(self, status: str, created_at: datetime | None, started_at: datetime | None,
+                    completed_at: datetime | None, audio_duration: float | None) -> None:
+        """A job's counted outcome (once per job): its transition, latency and RTF."""
+        self.jobs.labels(status).inc()
+        if completed_at is None:
+            return
+        if created_at is not None:
+            self.job_latency.observe(max(0.0, (completed_at - created_at).total_seconds()))
+        if status == "completed" and started_at is not None and audio_duration:
+            wall = max(0.0, (completed_at - started_at).total_seconds())
+            self.realtime_factor.observe(wall / audio_duration)
+
+    def route_of(self, app: object, handler_class: type) -> str:
+        """The route pattern that serves ``handler_class`` in ``app`` (cached per class)."""
+        key = (id(app), handler_class)
+        found = self._routes.get(key)
+        if found is None:
+            found = "unmatched"
+            router = getattr(app, "wildcard_router", None)
+            for rule in getattr(router, "rules", ()):
+                regex = getattr(rule.matcher, "regex", None)
+                if rule.target is handler_class and regex is not None:
+                    found = route_label(regex.pattern)
+                    break
+            self._routes[key] = found
+        return found
+
+    def exposition(self) -> bytes:
+        """The registry in the Prometheus text format (version 0.0.4)."""
+        return generate_latest(self.registry)

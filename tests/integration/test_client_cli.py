@@ -1,0 +1,135 @@
+"""The Python client and the ``a5s transcribe`` / ``a5s stream`` commands against the stack."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import httpx
+import pytest
+
+from a5s import (AsyncClient, AuthenticationError, BadRequestError, Client, NotFoundError,
+                 RateLimitError, TranscriptFailed)
+from schemas.api import Transcript
+
+from tests.stack import EVAL, REPO, Stack
+
+pytestmark = pytest.mark.stack
+
+JFK = EVAL / "real" / "whisper" / "jfk.flac"
+
+
+@pytest.fixture(scope="module")
+def key(stack: Stack) -> str:
+    return stack.new_account()[1]
+
+
+@pytest.fixture(scope="module")
+def client(stack: Stack, key: str):
+    with Client(key, base_url=stack.url(""), poll_interval=0.3) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def done(client: Client) -> Transcript:
+    stages: list[str] = []
+    transcript = client.transcribe(JFK, timeout=240, metadata={"ref": "client"},
+                                   on_progress=lambda stage, _: stages.append(stage))
+    assert stages[:2] == ["uploading", "uploaded"] and stages[-1] == "completed"
+    return transcript
+
+
+def test_transcribe_upload_and_read_back(client: Client, done: Transcript) -> None:
+    assert done.status == "completed" and "ask not what your country" in (done.text or "")
+    assert done.words and done.utterances and done.speakers
+    assert done.metadata == {"ref": "client"}
+    again = client.get_transcript(done.id)
+    assert again.text == done.text
+    srt = client.subtitles(done.id, "srt", chars_per_caption=20)
+    assert srt.startswith("1\n00:00:") and "[speaker_1]" in srt
+    assert client.subtitles(done.id, "vtt").startswith("WEBVTT")
+    assert client.account().usage_limit.used_seconds >= 10
+    usage = client.usage(days=1)
+    assert usage.totals["a5s-async-v1"].completed >= 1
+
+
+def test_list_pages_and_delete(client: Client, done: Transcript, eval_server) -> None:
+    queued = client.transcribe(eval_server.url("real/whisper/jfk.flac"), wait=False)
+    assert queued.status == "queued" and queued.audio_url
+    ids = [t.id for t in client.list_transcripts(limit=1)]
+    assert ids[:2] == [queued.id, done.id]  # newest first, one item per page
+    deleted = client.delete_transcript(queued.id)
+    assert deleted.deleted
+    with pytest.raises(NotFoundError) as err:
+        client.get_transcript(queued.id)
+    assert err.value.code == "not_found" and err.value.request_id.startswith("req_")
+
+
+def test_typed_errors(stack: Stack, client: Client) -> None:
+    with pytest.raises(BadRequestError) as err:
+        client.create_transcript(audio_url="https://example.com/a.mp3", language_code="fr")
+    assert err.value.code == "unsupported_language" and err.value.param == "language_code"
+    with Client("a5s_sk_nope", base_url=stack.url("")) as bad, \
+            pytest.raises(AuthenticationError) as auth:
+        bad.account()
+    assert auth.value.status_code == 401 and auth.value.code == "unauthorized"
+    with pytest.raises(TranscriptFailed) as failed:
+        client.transcribe(b"not audio at all", timeout=120)
+    assert failed.value.code == "invalid_audio"
+
+
+def test_retries_honour_retry_after() -> None:
+    calls: list[float] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) < 3:
+            return httpx.Response(429, headers={"Retry-After": "0"}, json={"error": {
+                "type": "rate_limit_error", "code": "queue_full", "message": "wait",
+                "param": None, "request_id": "req_x"}})
+        return httpx.Response(200, json={"object": "list", "data": []})
+
+    with Client("k", base_url="http://t", transport=httpx.MockTransport(handler)) as c:
+        assert c.models().data == []
+    assert len(calls) == 3
+    with Client("k", base_url="http://t", max_retries=0,
+                transport=httpx.MockTransport(lambda r: httpx.Response(
+                    429, headers={"Retry-After": "7"}, json={"error": {
+                        "type": "rate_limit_error", "code": "rate_limited", "message": "m",
+                        "param": None, "request_id": "req_y"}}))) as c, \
+            pytest.raises(RateLimitError) as err:
+        c.models()
+    assert err.value.retry_after == 7 and err.value.request_id == "req_y"
+
+
+async def test_async_client(stack: Stack, key: str, done: Transcript) -> None:
+    async with AsyncClient(key, base_url=stack.url("")) as c:
+        got = await c.get_transcript(done.id)
+        assert got.text == done.text
+        seen = [t.id async for t in c.list_transcripts(status="completed", limit=100)]
+        assert done.id in seen
+
+
+def _cli(stack: Stack, key: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"A5S_API_KEY": key, "A5S_URL": stack.url(""), "PATH": "/usr/bin:/bin"}
+    return subprocess.run([sys.executable, "-m", "ops.cli", *args], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_cli_transcribe(stack: Stack, key: str) -> None:
+    out = _cli(stack, key, "transcribe", str(JFK), "--srt")
+    assert out.returncode == 0, out.stderr
+    assert "uploading" in out.stderr and "queued" in out.stderr and "completed" in out.stderr
+    assert out.stdout.startswith("1\n00:00:") and "[speaker_1]" in out.stdout
+    bad = _cli(stack, "a5s_sk_wrong", "transcribe", str(JFK), "--json")
+    assert bad.returncode == 1 and "unauthorized" in bad.stderr and "req_" in bad.stderr
+
+
+def test_cli_stream(stack: Stack, key: str) -> None:
+    probe = httpx.get(stack.url("/v1/realtime"))
+    if probe.status_code == 404:
+        pytest.skip("the realtime endpoint is not served by this build")
+    out = _cli(stack, key, "stream", str(JFK))
+    assert out.returncode == 0, out.stderr
+    assert "country" in out.stdout.lower() and "finished" in out.stderr
+

