@@ -56,6 +56,19 @@ transcript's status each time it changes (``queued``, ``processing``, ``complete
 ``error``)."""
 
 
+def _deduped(on_progress: Progress | None) -> Progress | None:
+    """``on_progress`` that skips a stage equal to the one reported just before."""
+    if on_progress is None:
+        return None
+    last: list[str] = []
+
+    def report(stage: str, transcript: Transcript | None) -> None:
+        if last[-1:] != [stage]:
+            last[:] = [stage]
+            on_progress(stage, transcript)
+    return report
+
+
 def _is_url(value: object) -> bool:
     return isinstance(value, str) and value.startswith(("http://", "https://"))
 
@@ -310,6 +323,7 @@ class Client(_Base):
             on_progress: called with ``uploading``, ``uploaded`` and each status.
             fields: more ``create_transcript`` fields (``metadata``, ``webhook_url``, ...).
         """
+        on_progress = _deduped(on_progress)
         if _is_url(file_or_url):
             transcript = self.create_transcript(audio_url=str(file_or_url), **fields)
         else:
@@ -319,6 +333,8 @@ class Client(_Base):
             if on_progress:
                 on_progress("uploaded", None)
             transcript = self.create_transcript(file_id=uploaded.id, **fields)
+        if on_progress:
+            on_progress(transcript.status, transcript)
         if not wait:
             return transcript
         return self.wait(transcript.id, timeout=timeout, poll_interval=poll_interval,
@@ -458,6 +474,7 @@ class AsyncClient(_Base):
     async def transcribe(self, file_or_url: str | Path | bytes, *, wait: bool = True,
                          poll_interval: float | None = None, timeout: float | None = None,
                          on_progress: Progress | None = None, **fields: Any) -> Transcript:
+        on_progress = _deduped(on_progress)
         if _is_url(file_or_url):
             transcript = await self.create_transcript(audio_url=str(file_or_url), **fields)
         else:
@@ -467,6 +484,8 @@ class AsyncClient(_Base):
             if on_progress:
                 on_progress("uploaded", None)
             transcript = await self.create_transcript(file_id=uploaded.id, **fields)
+        if on_progress:
+            on_progress(transcript.status, transcript)
         if not wait:
             return transcript
         return await self.wait(transcript.id, timeout=timeout, poll_interval=poll_interval,

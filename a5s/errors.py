@@ -7,14 +7,14 @@
     │   └── APITimeoutError          no answer in time
     ├── APIStatusError               an error envelope: status_code, code, message, param,
     │   │                            request_id, retry_after
-    │   ├── BadRequestError          400 invalid_request, unsupported_language, unsupported_model
+    │   ├── BadRequestError          400 invalid_request, unsupported_language, ...
     │   ├── AuthenticationError      401 unauthorized
     │   ├── PermissionDeniedError    403 account_suspended, usage_limit_reached, ...
     │   ├── NotFoundError            404 not_found, file_not_found
     │   ├── ConflictError            409 idempotency_conflict, transcript_not_ready
     │   ├── RequestTooLargeError     413 file_too_large
     │   ├── RateLimitError           429 rate_limited, queue_full
-    │   └── ServerError              5xx internal_error, upstream_unavailable, upstream_timeout
+    │   └── ServerError              5xx internal_error, upstream_unavailable, ...
     ├── TranscriptFailed             the job ended with status ``error`` (code from the job)
     ├── WaitTimeout                  ``wait``/``transcribe`` gave up before the job finished
     └── StreamError                  a realtime session ended with an ``error`` message

@@ -21,7 +21,7 @@ STATIC_DIR = Path(str(resources.files("gateway").joinpath("static")))
 # The pages load only their own script and style; audio may come from any URL the user
 # gives (or a local blob), and the API and WebSocket are on this origin.
 _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "media-src * blob: data:; connect-src 'self' ws: wss:; worker-src 'self' blob:; "
+        "media-src * blob: data:; connect-src 'self' ws: wss: blob:; worker-src 'self' blob:; "
         "frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 
 

@@ -95,30 +95,35 @@ async def run_session(url: str, key: str, res: Session, delay: float) -> None:
         t_finish = 0.0
 
         async def reader() -> None:
-            async for raw in ws:
-                msg = json.loads(raw)
-                now = time.perf_counter() - t0
-                res.messages.append((now, msg))
-                if msg["type"] == "finished":
-                    res.finished = msg
-                    res.finish_s = now - t_finish
-                elif msg["type"] == "error":
-                    res.error = f"{msg['code']}: {msg['message']}"
-            done.set()
+            try:
+                async for raw in ws:
+                    msg = json.loads(raw)
+                    now = time.perf_counter() - t0
+                    res.messages.append((now, msg))
+                    if msg["type"] == "finished":
+                        res.finished = msg
+                        res.finish_s = now - t_finish
+                    elif msg["type"] == "error":
+                        res.error = f"{msg['code']}: {msg['message']}"
+            except websockets.ConnectionClosed as exc:
+                res.error = res.error or f"closed {exc.rcvd.code if exc.rcvd else '?'}"
+            finally:
+                done.set()
 
         task = asyncio.create_task(reader())
         pcm = res.pcm.tobytes()
         n = len(pcm) // FRAME_BYTES
-        for i in range(n):
-            due = t0 + i * FRAME_BYTES / 2 / SR
-            now = time.perf_counter()
-            if now < due:
-                await asyncio.sleep(due - now)
-            res.max_send_lag = max(res.max_send_lag, time.perf_counter() - due)
-            await ws.send(pcm[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
-        await asyncio.sleep(max(0.0, t0 + n * FRAME_BYTES / 2 / SR - time.perf_counter()))
-        t_finish = time.perf_counter() - t0
-        await ws.send(json.dumps({"type": "finish"}))
+        with contextlib.suppress(websockets.ConnectionClosed):
+            for i in range(n):
+                due = t0 + i * FRAME_BYTES / 2 / SR
+                now = time.perf_counter()
+                if now < due:
+                    await asyncio.sleep(due - now)
+                res.max_send_lag = max(res.max_send_lag, time.perf_counter() - due)
+                await ws.send(pcm[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
+            await asyncio.sleep(max(0.0, t0 + n * FRAME_BYTES / 2 / SR - time.perf_counter()))
+            t_finish = time.perf_counter() - t0
+            await ws.send(json.dumps({"type": "finish"}))
         await done.wait()
         await task
     texts = [m["text"] for _, m in res.messages if m["type"] == "transcript"]

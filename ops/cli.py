@@ -57,12 +57,8 @@ def up(data_dir: str | None) -> None:
         while not stopping:
             child = subprocess.Popen([sys.executable, "-P", "-m", "ops.cli", "serve"], env=env)
             started = time.monotonic()
-            code = _wait(child)
+            code = _supervise(child, stack, lambda: stopping)
             if stopping:
-                break
-            dead = stack.check()
-            if dead:
-                click.echo(f"a5s: embedded {', '.join(dead)} died; stopping", err=True)
                 break
             restarts = restarts + 1 if time.monotonic() - started < 30 else 1
             delay = min(30, 2 ** min(restarts, 5))
@@ -70,7 +66,9 @@ def up(data_dir: str | None) -> None:
             time.sleep(delay)
             # A killed consumer never left its groups, and the embedded broker does not expire
             # members; restarting it (its log and offsets persist) clears the stale members.
-            stack.restart("broker")
+            _restart(stack, "broker")
+            for name in stack.check():
+                _restart(stack, name)
     finally:
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
@@ -82,12 +80,36 @@ def up(data_dir: str | None) -> None:
         click.echo("a5s: stopped")
 
 
-def _wait(child: subprocess.Popen[bytes]) -> int:
+WATCH_INTERVAL_S = 0.5
+"""How often ``a5s up`` looks at its embedded components while the service runs."""
+
+
+def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any) -> int:
+    """Wait for the service to exit; meanwhile restart any embedded component that died.
+
+    The broker and Valkey keep their data on disk (the broker's log and offsets, Valkey's
+    append-only file), so a component restarted in place on the same port is the same
+    component to the service, whose clients reconnect by themselves.
+    """
     while True:
         try:
-            return child.wait()
-        except InterruptedError:  # pragma: no cover - signals are handled by the callback
+            return child.wait(WATCH_INTERVAL_S)
+        except subprocess.TimeoutExpired:
+            pass
+        if stopping():
             continue
+        for name in stack.check():
+            _restart(stack, name)
+
+
+def _restart(stack: Any, name: str) -> None:
+    """Restart one embedded component; a failed attempt is retried on the next look."""
+    click.echo(f"a5s: restarting the embedded {name}", err=True)
+    try:
+        stack.restart(name)
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        click.echo(f"a5s: the embedded {name} did not come back ({exc}); trying again",
+                   err=True)
 
 
 @main.command()

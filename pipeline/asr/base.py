@@ -8,7 +8,7 @@ chunks together never needs to know which engine ran.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Protocol, runtime_checkable
 
@@ -18,7 +18,8 @@ from schemas.errors import InternalError
 
 from ..types import TimedWord
 
-__all__ = ["AsrEngine", "map_engine_errors"]
+__all__ = ["AsrEngine", "BatchAsrEngine", "map_engine_errors", "resolve_device",
+           "cuda_device_count"]
 
 
 @runtime_checkable
@@ -44,6 +45,31 @@ class AsrEngine(Protocol):
             InternalError: the runtime failed (not the audio's fault).
         """
         ...
+
+
+@runtime_checkable
+class BatchAsrEngine(AsrEngine, Protocol):
+    """An engine that also recognises several chunks in one call (GPU-friendly)."""
+
+    def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]]) -> list[list[TimedWord]]:
+        """Recognise each ``(audio, offset)`` chunk as :meth:`transcribe` would, together."""
+        ...
+
+
+def cuda_device_count() -> int:
+    """CUDA devices CTranslate2 can use (0 without a GPU or without CUDA libraries)."""
+    try:
+        import ctranslate2
+        return int(ctranslate2.get_cuda_device_count())
+    except (ImportError, RuntimeError, OSError):
+        return 0
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` becomes ``cuda`` where a CUDA device is present, else ``cpu``."""
+    if device == "auto":
+        return "cuda" if cuda_device_count() > 0 else "cpu"
+    return device
 
 
 @contextmanager

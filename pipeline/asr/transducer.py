@@ -14,6 +14,7 @@ no later than one encoder frame after its last piece.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..models import TransducerFiles, resolve_transducer
 from ..text import collapse_repeats, normalise_words
 from ..types import SAMPLE_RATE, TimedWord
-from .base import map_engine_errors
+from .base import map_engine_errors, resolve_device
 
 __all__ = ["TransducerOptions", "TransducerEngine"]
 
@@ -37,8 +38,10 @@ class TransducerOptions(BaseModel):
 
     num_threads: int = Field(2, ge=1)
     """ONNX Runtime threads per decode."""
-    provider: Literal["cpu", "cuda"] = "cpu"
-    """ONNX Runtime execution provider."""
+    provider: Literal["auto", "cpu", "cuda"] = "cpu"
+    """ONNX Runtime execution provider; ``auto``: ``cuda`` where a CUDA device is present.
+    CUDA needs a GPU build of sherpa-onnx (the PyPI wheel runs on CPU and falls back to
+    it, with a warning, when asked for ``cuda``)."""
     prefer_int8: bool = False
     """Load ``*.int8.onnx`` files where a model directory has both."""
     decoding_method: Literal["greedy_search", "modified_beam_search"] = "greedy_search"
@@ -67,27 +70,42 @@ class TransducerEngine:
         files = model if isinstance(model, TransducerFiles) else resolve_transducer(
             model, prefer_int8=opts.prefer_int8)
         self.name = f"transducer:{files.encoder.parent.name}"
+        self.provider = resolve_device(opts.provider)
         with map_engine_errors("sherpa-onnx"):
             self._recognizer = sherpa_onnx.OfflineRecognizer.from_transducer(
                 encoder=str(files.encoder), decoder=str(files.decoder), joiner=str(files.joiner),
                 tokens=str(files.tokens), num_threads=opts.num_threads, sample_rate=SAMPLE_RATE,
                 feature_dim=opts.feature_dim, decoding_method=opts.decoding_method,
                 max_active_paths=opts.max_active_paths, blank_penalty=opts.blank_penalty,
-                provider=opts.provider)
+                provider=self.provider)
 
     def transcribe(self, audio: np.ndarray, offset: float) -> list[TimedWord]:
         """Recognise one chunk; see :class:`~pipeline.asr.base.AsrEngine`."""
-        audio = np.ascontiguousarray(audio, dtype=np.float32)
-        if audio.size == 0:
-            return []
+        return self.transcribe_batch([(audio, offset)])[0]
+
+    def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]]) -> list[list[TimedWord]]:
+        """Recognise several chunks in one ``decode_streams`` call (batched on the device)."""
+        out: list[list[TimedWord]] = [[] for _ in items]
+        live = [(i, np.ascontiguousarray(audio, dtype=np.float32), offset)
+                for i, (audio, offset) in enumerate(items) if np.size(audio)]
+        if not live:
+            return out
         with map_engine_errors("sherpa-onnx"):
-            stream = self._recognizer.create_stream()
-            stream.accept_waveform(SAMPLE_RATE, audio)
-            self._recognizer.decode_stream(stream)
-            result = stream.result
-            tokens, times = list(result.tokens), list(result.timestamps)
-            log_probs = list(result.ys_log_probs)
-        words = _words(tokens, times, log_probs, audio.size / SAMPLE_RATE, self.opts.frame_s)
+            streams = []
+            for _, audio, _ in live:
+                stream = self._recognizer.create_stream()
+                stream.accept_waveform(SAMPLE_RATE, audio)
+                streams.append(stream)
+            self._recognizer.decode_streams(streams)
+            results = [(list(s.result.tokens), list(s.result.timestamps),
+                        list(s.result.ys_log_probs)) for s in streams]
+        for (i, audio, offset), (tokens, times, log_probs) in zip(live, results, strict=True):
+            out[i] = self._finish(tokens, times, log_probs, audio.size / SAMPLE_RATE, offset)
+        return out
+
+    def _finish(self, tokens: list[str], times: list[float], log_probs: list[float],
+                length: float, offset: float) -> list[TimedWord]:
+        words = _words(tokens, times, log_probs, length, self.opts.frame_s)
         shifted = [TimedWord(w.text, round(offset + w.start, 3), round(offset + w.end, 3),
                              w.probability) for w in words]
         return collapse_repeats(normalise_words(shifted), self.opts.max_repeats)

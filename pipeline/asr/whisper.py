@@ -16,6 +16,7 @@ its own checks:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..text import collapse_repeats, normalise_words
 from ..types import SAMPLE_RATE, TimedWord
-from .base import map_engine_errors
+from .base import map_engine_errors, resolve_device
 
 __all__ = ["WhisperOptions", "WhisperEngine"]
 
@@ -85,10 +86,13 @@ class WhisperEngine:
 
         self.opts = opts = opts or WhisperOptions()
         model_dir = Path(model_dir)
-        compute_type = opts.compute_type or ("int8" if opts.device == "cpu" else "float16")
+        self.device = device = resolve_device(opts.device)
+        compute_type = opts.compute_type or ("int8" if device == "cpu" else "float16")
         self.name = name or f"whisper:{model_dir.name}"
+        self.batch_fallbacks = 0
+        """Chunks of batched calls that had to be decoded alone (temperature fallback)."""
         with map_engine_errors("ctranslate2"):
-            self._model = WhisperModel(str(model_dir), device=opts.device,
+            self._model = WhisperModel(str(model_dir), device=device,
                                        device_index=opts.device_index, compute_type=compute_type,
                                        cpu_threads=opts.cpu_threads, local_files_only=True)
         self._silence_peak = 10 ** (opts.silence_peak_dbfs / 20)
@@ -107,7 +111,51 @@ class WhisperEngine:
                 condition_on_previous_text=False, word_timestamps=True, vad_filter=False,
                 hallucination_silence_threshold=o.hallucination_silence_threshold_s)
             segments = list(segments)  # the generator decodes lazily: drain it here
-        length = audio.size / SAMPLE_RATE
+        return self._words(segments, audio.size / SAMPLE_RATE, offset)
+
+    def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]]) -> list[list[TimedWord]]:
+        """Recognise several chunks (at most 30 s each) in one batched decode.
+
+        The results are those of :meth:`transcribe` on each chunk: the same
+        silence check and hallucination guards; a chunk that needs Whisper's
+        temperature fallback (or a second window) is decoded alone
+        (see :mod:`pipeline.asr.whisper_batch`).
+
+        Args:
+            items: ``(audio, offset)`` pairs as for :meth:`transcribe`.
+
+        Returns:
+            The words of each chunk, in the order of ``items``.
+        """
+        from .whisper_batch import BatchDecodeOptions, decode_batch
+
+        o = self.opts
+        out: list[list[TimedWord]] = [[] for _ in items]
+        live: list[tuple[int, np.ndarray, float]] = []
+        for i, (audio, offset) in enumerate(items):
+            audio = np.ascontiguousarray(audio, dtype=np.float32)
+            if audio.size and float(np.max(np.abs(audio))) >= self._silence_peak:
+                live.append((i, audio, offset))
+        if len(live) < 2 or o.hallucination_silence_threshold_s is not None:
+            for i, audio, offset in live:  # nothing to batch, or a guard only the loop has
+                out[i] = self.transcribe(audio, offset)
+            return out
+        with map_engine_errors("ctranslate2"):
+            decoded = decode_batch(self._model, [a for _, a, _ in live], BatchDecodeOptions(
+                language=o.language, beam_size=o.beam_size,
+                compression_ratio_threshold=o.compression_ratio_threshold,
+                log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold))
+        for (i, audio, offset), segments in zip(live, decoded, strict=True):
+            if segments is None:
+                self.batch_fallbacks += 1
+                out[i] = self.transcribe(audio, offset)
+            else:
+                out[i] = self._words(segments, audio.size / SAMPLE_RATE, offset)
+        return out
+
+    def _words(self, segments: list, length: float, offset: float) -> list[TimedWord]:
+        """Words of a chunk's segments, past the hallucination checks, with file times."""
+        o = self.opts
         raw: list[TimedWord] = []
         for segment in segments:
             doubtful = segment.no_speech_prob >= o.doubtful_no_speech

@@ -17,6 +17,7 @@ from tests.stack import EVAL, REPO, Stack
 pytestmark = pytest.mark.stack
 
 JFK = EVAL / "real" / "whisper" / "jfk.flac"
+SHORT = EVAL / "real" / "pocketsphinx" / "goforward.wav"  # 2.8 s
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +36,8 @@ def done(client: Client) -> Transcript:
     stages: list[str] = []
     transcript = client.transcribe(JFK, timeout=240, metadata={"ref": "client"},
                                    on_progress=lambda stage, _: stages.append(stage))
-    assert stages[:2] == ["uploading", "uploaded"] and stages[-1] == "completed"
+    assert stages[:3] == ["uploading", "uploaded", "queued"] and stages[-1] == "completed"
+    assert len(stages) == len(set(stages))  # each stage reported once
     return transcript
 
 
@@ -117,11 +119,11 @@ def _cli(stack: Stack, key: str, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_cli_transcribe(stack: Stack, key: str) -> None:
-    out = _cli(stack, key, "transcribe", str(JFK), "--srt")
+    out = _cli(stack, key, "transcribe", str(SHORT), "--srt")
     assert out.returncode == 0, out.stderr
     assert "uploading" in out.stderr and "queued" in out.stderr and "completed" in out.stderr
     assert out.stdout.startswith("1\n00:00:") and "[speaker_1]" in out.stdout
-    bad = _cli(stack, "a5s_sk_wrong", "transcribe", str(JFK), "--json")
+    bad = _cli(stack, "a5s_sk_wrong", "transcribe", str(SHORT), "--json")
     assert bad.returncode == 1 and "unauthorized" in bad.stderr and "req_" in bad.stderr
 
 
@@ -129,7 +131,7 @@ def test_cli_stream(stack: Stack, key: str) -> None:
     probe = httpx.get(stack.url("/v1/realtime"))
     if probe.status_code == 404:
         pytest.skip("the realtime endpoint is not served by this build")
-    out = _cli(stack, key, "stream", str(JFK))
+    out = _cli(stack, key, "stream", str(SHORT))
     assert out.returncode == 0, out.stderr
-    assert "country" in out.stdout.lower() and "finished" in out.stderr
+    assert "forward" in out.stdout.lower() and "finished" in out.stderr
 

@@ -54,8 +54,8 @@ def test_text_and_captions(oai: OpenAI) -> None:
     """Three short jobs at once (an account runs five at a time)."""
     def run(fmt: str) -> str:
         with open(SHORT, "rb") as fh:
-            return oai.audio.transcriptions.create(model="whisper-1", file=fh,
-                                                   response_format=fmt)  # type: ignore[call-overload]
+            return oai.audio.transcriptions.create(  # type: ignore[call-overload]
+                model="whisper-1", file=fh, response_format=fmt)
     with ThreadPoolExecutor(3) as pool:
         text, srt, vtt = pool.map(run, ("text", "srt", "vtt"))
     assert text.startswith("go forward") and text.endswith("meters\n")

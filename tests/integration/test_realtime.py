@@ -382,7 +382,7 @@ def test_usage_used_up(rt: Stack) -> None:
         async with connect(rt, key) as ws:
             r = await ready(ws)
             assert r["session_limit_ms"] == 1000 and r["quota_ms"] == 1000
-            for _ in range(60):
+            for _ in range(50):  # 1 s: exactly the usage left
                 await ws.send(SILENCE)
                 await asyncio.sleep(0.02)
             await until(ws, "session_limit")
@@ -399,3 +399,28 @@ def test_usage_used_up(rt: Stack) -> None:
 
 def test_plain_get_is_not_a_session(rt: Stack) -> None:
     assert httpx.get(rt.url("/v1/realtime")).status_code == 400
+
+
+def test_service_killed_mid_session_then_sessions_work_again(rt: Stack, key: str) -> None:
+    """The process dies under a live session: the client sees the connection drop (no hang);
+    once the supervisor restarted it, a new session gets a worker and finishes."""
+    async def killed() -> None:
+        async with connect(rt, key) as ws:
+            await ready(ws)
+            rt.kill_service()
+            with pytest.raises(ConnectionClosed):
+                for _ in range(1000):
+                    await ws.send(SILENCE)
+                    await asyncio.sleep(0.02)
+
+    async def again() -> None:
+        async with connect(rt, key) as ws:
+            await ready(ws)
+            await ws.send(SILENCE)
+            await ws.send(json.dumps({"type": "finish"}))
+            finished, _ = await until(ws, "finished")
+            assert finished["audio_ms"] == 20
+
+    run(killed())
+    rt.wait_ready()
+    run(again())

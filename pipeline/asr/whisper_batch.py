@@ -1,0 +1,184 @@
+"""Whisper on several chunks at once: one encoder call, one beam search, one alignment.
+
+faster-whisper's ``BatchedInferencePipeline`` decodes a batch at the first
+temperature only and never skips silence, so it would drop the hallucination
+guards of :mod:`pipeline.asr.whisper`. This module reuses faster-whisper's own
+pieces (feature extractor, prompt, timestamp splitting, word-timestamp
+post-processing) around three batched CTranslate2 calls (``encode``,
+``generate``, ``align``) and keeps, item by item, the rules of faster-whisper's
+sequential loop (``WhisperModel.generate_segments`` with
+``generate_with_fallback``) at temperature 0 for a chunk of at most 30 s:
+
+* a result the sequential loop would retry at a higher temperature (too
+  compressible, or a mean log-probability below the threshold, unless it is
+  silence) is handed back as ``None``: the caller decodes that chunk alone,
+  through the whole temperature ladder;
+* silence (no-speech probability above its threshold with a low log-probability)
+  gives no segments;
+* a window whose last segment is unfinished (the sequential loop would decode a
+  second window from the last word) is also handed back as ``None``.
+
+Every other item gets the segments, words and scores the sequential loop gives.
+Batched and sequential GEMMs may round differently, so a rare word can differ.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+__all__ = ["BatchDecodeOptions", "decode_batch"]
+
+
+@dataclass(frozen=True)
+class BatchDecodeOptions:
+    """The temperature-0 decoding options of one batch (see ``WhisperOptions``)."""
+
+    language: str
+    beam_size: int
+    compression_ratio_threshold: float | None
+    log_prob_threshold: float | None
+    no_speech_threshold: float | None
+
+
+_PUNCTUATION: tuple[str, str] | None = None
+
+
+def _punctuation() -> tuple[str, str]:
+    """faster-whisper's own defaults for merging punctuation into words."""
+    global _PUNCTUATION
+    if _PUNCTUATION is None:
+        from faster_whisper import WhisperModel
+        params = inspect.signature(WhisperModel.transcribe).parameters
+        _PUNCTUATION = (params["prepend_punctuations"].default,
+                        params["append_punctuations"].default)
+    return _PUNCTUATION
+
+
+class _Aligned:
+    """Stands in for the model in ``WhisperModel.add_word_timestamps``.
+
+    The alignment of every item was computed in one batched call; this hands one
+    item's back, so faster-whisper's word post-processing runs unchanged, per item,
+    with its own ``last_speech_timestamp`` (as in a sequential call per chunk).
+    """
+
+    def __init__(self, frames_per_second: float, alignment: list[dict[str, Any]]) -> None:
+        self.frames_per_second = frames_per_second
+        self._alignment = alignment
+
+    def find_alignment(self, *_: Any) -> list[list[dict[str, Any]]]:
+        return [self._alignment]
+
+
+def decode_batch(model: Any, audios: Sequence[np.ndarray],
+                 opts: BatchDecodeOptions) -> list[list[Any] | None]:
+    """Decode chunks of at most 30 s together.
+
+    Args:
+        model: a loaded ``faster_whisper.WhisperModel``.
+        audios: float32 16 kHz mono chunks, none empty.
+        opts: decoding options.
+
+    Returns:
+        Per chunk, faster-whisper ``Segment`` objects with word timestamps (times
+        within the chunk), or ``None`` where the chunk must be decoded alone.
+    """
+    from faster_whisper.audio import pad_or_trim
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import (Segment, Word, WhisperModel, get_compression_ratio,
+                                           get_suppressed_tokens)
+    from faster_whisper.utils import get_end
+
+    if not audios:
+        return []
+    fe = model.feature_extractor
+    tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
+                          language=opts.language if model.model.is_multilingual else None)
+    sizes: list[int] = []
+    windows = []
+    for audio in audios:
+        features = fe(audio)
+        size = min(fe.nb_max_frames, features.shape[-1] - 1)
+        sizes.append(size)
+        windows.append(pad_or_trim(features[:, :size]))
+    encoder_output = model.encode(np.stack(windows))
+    prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
+    results = model.model.generate(
+        encoder_output, [list(prompt) for _ in audios], beam_size=opts.beam_size, patience=1,
+        length_penalty=1, repetition_penalty=1, no_repeat_ngram_size=0,
+        max_length=model.max_length, return_scores=True, return_no_speech_prob=True,
+        suppress_blank=True, suppress_tokens=get_suppressed_tokens(tokenizer, [-1]),
+        max_initial_timestamp_index=int(round(1.0 / model.time_precision)))
+
+    out: list[list[Any] | None] = [None] * len(audios)
+    pending: dict[int, tuple[list[dict[str, Any]], int, bool, float, float]] = {}
+    for i, result in enumerate(results):
+        tokens = result.sequences_ids[0]
+        avg_logprob = result.scores[0] * len(tokens) / (len(tokens) + 1)
+        ratio = get_compression_ratio(tokenizer.decode(tokens).strip())
+        no_speech = result.no_speech_prob
+        low_logprob = opts.log_prob_threshold is not None and avg_logprob < opts.log_prob_threshold
+        silent = opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold
+        retry = (opts.compression_ratio_threshold is not None and
+                 ratio > opts.compression_ratio_threshold) or low_logprob
+        if retry and not (silent and low_logprob):
+            continue  # None: the sequential ladder tries higher temperatures
+        if silent and not (opts.log_prob_threshold is not None and
+                           avg_logprob > opts.log_prob_threshold):
+            out[i] = []
+            continue
+        segments, seek, single_ending = model._split_segments_by_timestamps(
+            tokenizer=tokenizer, tokens=tokens, time_offset=0.0, segment_size=sizes[i],
+            segment_duration=sizes[i] * fe.time_per_frame, seek=0)
+        pending[i] = (segments, seek, single_ending, avg_logprob, ratio)
+
+    alignments = _align(model, tokenizer, encoder_output, pending, sizes, len(audios))
+    prepend, append = _punctuation()
+    for i, (segments, seek, single_ending, avg_logprob, ratio) in pending.items():
+        WhisperModel.add_word_timestamps(_Aligned(model.frames_per_second, alignments[i]),
+                                         [segments], tokenizer, None, sizes[i], prepend, append,
+                                         0.0)
+        if not single_ending:
+            last_word_end = get_end(segments)
+            if last_word_end is not None and last_word_end > 0:
+                seek = round(last_word_end * model.frames_per_second)
+        if seek < sizes[i]:
+            continue  # None: the sequential loop would decode a second window
+        kept = []
+        for s in segments:
+            text = tokenizer.decode(s["tokens"])
+            if s["start"] == s["end"] or not text.strip():
+                continue
+            kept.append(Segment(
+                id=len(kept) + 1, seek=0, start=s["start"], end=s["end"], text=text,
+                tokens=s["tokens"], avg_logprob=avg_logprob, compression_ratio=ratio,
+                no_speech_prob=results[i].no_speech_prob, temperature=0.0,
+                words=[Word(**w) for w in s["words"]]))
+        out[i] = kept
+    return out
+
+
+def _align(model: Any, tokenizer: Any, encoder_output: Any,
+           pending: dict[int, tuple[list[dict[str, Any]], int, bool, float, float]],
+           sizes: list[int], n: int) -> dict[int, list[dict[str, Any]]]:
+    """Word alignments of the kept items in one ``align`` call over the whole batch.
+
+    The encoder output holds every item, so the dropped ones take part with a
+    one-token placeholder (cheap) and their alignment is discarded.
+    """
+    text_tokens: list[list[int]] = [[0] for _ in range(n)]
+    for i, (segments, *_rest) in pending.items():
+        text_tokens[i] = [t for s in segments for t in s["tokens"] if t < tokenizer.eot]
+    wanted = [i for i in pending if text_tokens[i]]
+    if not wanted:
+        return {i: [] for i in pending}
+    for i in range(n):
+        if not text_tokens[i]:
+            text_tokens[i] = [0]
+    aligned = model.find_alignment(tokenizer, text_tokens, encoder_output, sizes)
+    return {i: (aligned[i] if i in wanted else []) for i in pending}
