@@ -10,6 +10,7 @@ from stores.context import Context
 
 from .account import AccountHandler, HealthHandler, ModelsHandler
 from .base import NotFoundHandler
+from .clickhouse_proxy import clickhouse_proxy_routes
 from .console import console_routes
 from .files import FilesHandler, PresignedUploadHandler, UploadUrlHandler
 from .jobs import JobService
@@ -64,6 +65,8 @@ def make_app(ctx: Context, **settings: Any) -> tornado.web.Application:
 
 
 def make_console_app(ctx: Context, token: str) -> tornado.web.Application:
-    return tornado.web.Application(console_routes(ctx, token),
+    # The process that owns an embedded ClickHouse (chdb) lends it to extra workers.
+    proxy = clickhouse_proxy_routes(ctx, token) if getattr(ctx.ch, "embedded", False) else []
+    return tornado.web.Application([*console_routes(ctx, token), *proxy],
                                    default_handler_class=NotFoundHandler,
                                    default_handler_args={"ctx": ctx})

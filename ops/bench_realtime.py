@@ -181,11 +181,11 @@ def score(results: list[Session]) -> dict[str, float]:
     }
 
 
-def sessions_for(n: int, eval_dir: Path, vad: StreamingVad) -> list[Session]:
+def sessions_for(n: int, eval_dir: Path, vad: StreamingVad, clips: int) -> list[Session]:
     out = []
     for k in range(n):
         order = list(range(len(CLIPS)))
-        order = order[k * 4 % len(order):] + order[:k * 4 % len(order)]
+        order = (order[k * 4 % len(order):] + order[:k * 4 % len(order)])[:clips]
         pcm, ref = build_stream(eval_dir, order)
         starts, ends = phrase_marks(vad, pcm)
         out.append(Session(pcm, ref, starts, ends))
@@ -271,8 +271,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--key", help="API key for --url")
     parser.add_argument("--eval", type=Path,
                         default=Path(__file__).resolve().parents[2] / "shared" / "eval")
+    parser.add_argument("--clips", type=int, default=len(CLIPS),
+                        help="clips per session (default all: about 99 s)")
     parser.add_argument("--show", action="store_true", help="print each session's transcript")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the stack
     stack = None
     if args.url:
         url, key = args.url, args.key
@@ -288,7 +291,7 @@ def main(argv: list[str] | None = None) -> None:
               f"cores {os.cpu_count()}")
         vad = StreamingVad(default_vad_path())
         for n in args.sessions or [1, 5]:
-            results = sessions_for(n, args.eval, vad)
+            results = sessions_for(n, args.eval, vad, args.clips)
             load0 = os.getloadavg()[0]
             t = time.perf_counter()
 

@@ -32,15 +32,21 @@ def main() -> None:
 
 @main.command()
 @data_dir_option
-def up(data_dir: str | None) -> None:
+@click.option("--workers", type=click.IntRange(1, 64), default=1, show_default=True,
+              envvar="A5S_WORKERS",
+              help="Pipeline worker processes: the service plus N-1 extra workers "
+                   "(they share the stages; see docs/scaling.md).")
+def up(data_dir: str | None, workers: int) -> None:
     """Start everything on this machine: broker, Redis, ClickHouse engine, gateway, worker."""
     from ops.embedded import EmbeddedStack
+    from ops.workers import WorkerPool
     settings = _settings(data_dir)
     settings.data_path.mkdir(parents=True, exist_ok=True)
     stack = EmbeddedStack(settings)
     click.echo(f"a5s: starting the embedded stack in {settings.data_path}")
     stack.start()
     env = {**os.environ, "A5S_DATA_DIR": str(settings.data_path)}
+    pool = WorkerPool(settings, workers - 1, lambda: _restart(stack, "broker"), env)
     stopping = False
     child: subprocess.Popen[bytes] | None = None
 
@@ -57,7 +63,7 @@ def up(data_dir: str | None) -> None:
         while not stopping:
             child = subprocess.Popen([sys.executable, "-P", "-m", "ops.cli", "serve"], env=env)
             started = time.monotonic()
-            code = _supervise(child, stack, lambda: stopping)
+            code = _supervise(child, stack, lambda: stopping, pool.tick)
             if stopping:
                 break
             restarts = restarts + 1 if time.monotonic() - started < 30 else 1
@@ -70,6 +76,7 @@ def up(data_dir: str | None) -> None:
             for name in stack.check():
                 _restart(stack, name)
     finally:
+        pool.stop()
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
             try:
@@ -84,7 +91,8 @@ WATCH_INTERVAL_S = 0.5
 """How often ``a5s up`` looks at its embedded components while the service runs."""
 
 
-def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any) -> int:
+def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any,
+               tick: Any = None) -> int:
     """Wait for the service to exit; meanwhile restart any embedded component that died.
 
     The broker and Valkey keep their data on disk (the broker's log and offsets, Valkey's
@@ -100,6 +108,8 @@ def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any) -> int
             continue
         for name in stack.check():
             _restart(stack, name)
+        if tick is not None:  # extra workers, and stale group members of dead ones
+            tick()
 
 
 def _restart(stack: Any, name: str) -> None:

@@ -76,8 +76,12 @@ def run(settings: Settings, roles: set[str]) -> int:
     if "gateway" in roles:
         loop.run_until_complete(ensure_default_account(ctx))
         _start_http(ctx)
-    pidfile = settings.data_path / "run" / ("service.pid" if roles == ROLES else
-                                            f"{'-'.join(sorted(roles))}.pid")
+    # Worker pidfiles carry the pid: several workers may share a data directory, and the
+    # supervisor of ``a5s up`` spots one that died without leaving its group (ops.workers).
+    pidfile = settings.data_path / "run" / (
+        "service.pid" if roles == ROLES else
+        f"worker-{os.getpid()}.pid" if roles == {"worker"} else
+        f"{'-'.join(sorted(roles))}.pid")
     pidfile.parent.mkdir(parents=True, exist_ok=True)
     pidfile.write_text(str(os.getpid()))
     try:
@@ -110,7 +114,7 @@ def _run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoo
     from pipeline.engines import Engines
 
     app = create_app(settings)
-    engines = Engines(settings)
+    engines = Engines(settings, ctx.metrics.registry)
     pipeline = Pipeline(app, ctx, engines)
     pipeline.register(PIPELINE_AGENTS)
     threading.Thread(target=engines.warm, name="models-warm", daemon=True).start()

@@ -27,6 +27,7 @@ from topologies.topics import ADMISSIONS, DISPATCH, SETTLED, TopicSpec
 
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
+from .faust_transport import App
 from .retention import SWEEP_INTERVAL_S, sweep_once
 from .stages import Stages
 from .webhooks import SCAN_INTERVAL_S, WebhookScheduler, WebhookSender
@@ -38,7 +39,7 @@ log = logging.getLogger("a5s.pipeline")
 
 def create_app(settings: Settings) -> faust.App:
     """Faust settings tuned for a small broker: group joins in seconds, not 30 s."""
-    return faust.App(
+    return App(
         settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
@@ -138,6 +139,9 @@ class Pipeline:
     def _agent(self, name: str, handler: Callable[[Any], Awaitable[None]],
                retries: int | None) -> None:
         spec = node(name).reads[0]
+        # Several transcribe actors keep several jobs in flight, so their chunks can share
+        # ASR batches (pipeline.asr.batching); the other stages take one record at a time.
+        concurrency = self.settings.models.transcribe_concurrency if name == "transcribe" else 1
 
         async def agent(stream: Any) -> None:
             async for raw in stream:
@@ -145,7 +149,7 @@ class Pipeline:
                 await self._run(name, handler, record, retries)
 
         agent.__name__ = agent.__qualname__ = name
-        self.app.agent(self.topic(spec), name=f"a5s.{name}")(agent)
+        self.app.agent(self.topic(spec), name=f"a5s.{name}", concurrency=concurrency)(agent)
 
     async def _run(self, name: str, handler: Callable[[Any], Awaitable[None]], record: Any,
                    retries: int | None) -> None:

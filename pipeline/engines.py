@@ -7,13 +7,14 @@ Kafka heartbeats and the gateway stay responsive while a file is transcribed.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, TypeVar
+from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
@@ -25,21 +26,35 @@ from .types import Region, TimedWord
 __all__ = ["Engines"]
 
 log = logging.getLogger(__name__)
-T = TypeVar("T")
 
 
 class Engines:
     """Lazily loaded recognisers; ``warm()`` loads them ahead of the first job."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, registry: Any = None) -> None:
+        """``registry``: the process's Prometheus registry, for the ASR batch-size histogram."""
+        from .asr.batching import BatchingTranscriber, BatchOptions
         self.settings = settings
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="models")
         self._lock = threading.Lock()
         self._asr: Any = None
         self._diarizer: Any = None
         self._vad: Any = None
+        m = settings.models
+        self.batcher = BatchingTranscriber(
+            lambda: self.asr, self.run,
+            BatchOptions(max_batch=m.batch_size, max_wait_ms=m.batch_max_wait_ms),
+            registry=registry)
 
-    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """Run ``fn(*args)`` on the models thread; a coroutine function is awaited instead.
+
+        The transcribe stage calls ``run(engines.transcribe, ...)``: that one is a
+        coroutine, which hands its chunks to the batcher, which in turn runs the
+        batched decodes here.
+        """
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
     def close(self) -> None:
@@ -56,9 +71,11 @@ class Engines:
                 m = self.settings.models
                 path = resolve_whisper(m.whisper, self.settings.data_path / "models")
                 self._asr = WhisperEngine(path, WhisperOptions(
-                    device=m.device, compute_type=m.compute_type, beam_size=m.beam_size,
-                    cpu_threads=m.cpu_threads))
-                log.info("models: whisper %s loaded from %s", m.whisper, path)
+                    device=m.device, device_index=m.device_index,
+                    compute_type=None if m.compute_type == "auto" else m.compute_type,
+                    beam_size=m.beam_size, cpu_threads=m.cpu_threads))
+                log.info("models: whisper %s loaded from %s on %s (batches of up to %d)",
+                         m.whisper, path, self._asr.device, m.batch_size)
             return self._asr
 
     @property
@@ -93,7 +110,30 @@ class Engines:
         regions = speech_regions(pcm, opts, self.vad)
         return regions, plan_chunks(regions, opts)
 
-    def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+    async def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+        """Recognise a job's chunks, batched with the chunks of the other jobs in flight.
+
+        At most ``batch_size`` of the job's chunks are read and waiting at once, so
+        a long file never holds all its audio in memory. With ``batch_size`` 1 the
+        chunks are decoded one at a time on the models thread, as before batching.
+        """
+        from .audio import read_pcm
+        if self.settings.models.batch_size <= 1:
+            return await self.run(self.transcribe_sequential, pcm, chunks)
+        window = asyncio.Semaphore(self.settings.models.batch_size)
+
+        async def one(chunk: Region) -> list[TimedWord]:
+            async with window:
+                audio = await asyncio.to_thread(read_pcm, pcm, chunk)
+                return await self.batcher.transcribe(audio, chunk.start)
+
+        words: list[TimedWord] = []
+        for part in await asyncio.gather(*(one(c) for c in chunks)):
+            words.extend(part)
+        return words
+
+    def transcribe_sequential(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+        """One chunk after another on the calling thread (the models thread)."""
         from .audio import read_pcm
         words: list[TimedWord] = []
         for chunk in chunks:

@@ -58,10 +58,20 @@ class ModelSettings(BaseModel):
     model_config = {"frozen": True}
     whisper: str = "base"
     """A CTranslate2 model directory, or a packaged alias: ``base`` or ``tiny.en``."""
-    device: Literal["auto", "cpu", "cuda"] = "cpu"
-    compute_type: str = "int8"
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    """Where batch ASR runs; ``auto``: ``cuda`` when CTranslate2 sees a CUDA device."""
+    device_index: int = 0
+    """Which GPU, when the device is ``cuda``."""
+    compute_type: str = "auto"
+    """CTranslate2 compute type; ``auto``: ``int8`` on CPU, ``float16`` on CUDA."""
     beam_size: int = 5
     cpu_threads: int = 2
+    batch_size: int = Field(8, ge=1)
+    """Chunks (from any jobs in flight) decoded in one call; 1 decodes one at a time."""
+    batch_max_wait_ms: float = Field(20.0, ge=0)
+    """Latency budget: the longest a chunk waits for others to fill its batch, ms."""
+    transcribe_concurrency: int = Field(4, ge=1)
+    """Jobs one worker's transcribe stage works on at once (their chunks share batches)."""
     streaming_partial: str = "tiny.en"
     streaming_final: str = "base"
 

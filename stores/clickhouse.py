@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import re
 import time
@@ -21,10 +22,13 @@ from urllib.parse import urlsplit
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
 
-__all__ = ["ClickHouse", "map_clickhouse_errors", "MIGRATIONS"]
+__all__ = ["ClickHouse", "RemoteClickHouse", "map_clickhouse_errors", "MIGRATIONS",
+           "PROXY_SCHEME"]
 
 log = logging.getLogger(__name__)
 MIGRATIONS = "ddl"
+PROXY_SCHEME = "a5s+http://"
+"""ClickHouse through the loopback proxy of the process that owns an embedded chdb."""
 
 
 @contextlib.contextmanager
@@ -144,6 +148,104 @@ class ClickHouse:
             applied.append(version)
             log.info("clickhouse: applied migration %s", version)
         return applied
+
+
+class RemoteClickHouse:
+    """The :class:`ClickHouse` facade over the owner's loopback proxy (``a5s+http://host:port``).
+
+    Extra embedded workers use it: chdb allows one process per data directory, so the
+    service process serves its ClickHouse (``gateway.clickhouse_proxy``). The interface
+    and the exceptions are the facade's; migrations are the owner's job, so
+    :meth:`start` only waits for the proxy to answer.
+
+    Args:
+        dsn: ``a5s+http://127.0.0.1:<console port>``.
+        database: the owner's database name (``{db}`` is filled in by the owner).
+        token: returns the console token (read when first needed: the owner
+            writes it on its first start).
+    """
+
+    def __init__(self, dsn: str, database: str, token: Any, timeout_s: float = 30.0) -> None:
+        self.dsn = dsn
+        self.database = database
+        self._token = token
+        self._base = "http://" + dsn.removeprefix(PROXY_SCHEME).rstrip("/") + \
+            "/internal/clickhouse/v1/"
+        self._timeout_s = timeout_s
+        self._client: Any = None
+
+    embedded = False
+
+    def table(self, name: str) -> str:
+        return f"{self.database}.{name}"
+
+    async def _call(self, operation: str, body: dict[str, Any]) -> Any:
+        import httpx
+
+        from .clickhouse_wire import decode, encode
+        if self._client is None:
+            self._client = httpx.AsyncClient(timeout=self._timeout_s)
+        try:
+            resp = await self._client.post(
+                self._base + operation, content=json.dumps(encode(body)),
+                headers={"Authorization": f"Bearer {self._token()}",
+                         "Content-Type": "application/json"})
+        except httpx.TimeoutException as exc:
+            raise UpstreamTimeout(log=f"clickhouse proxy: {exc!r}") from exc
+        except (httpx.HTTPError, OSError) as exc:
+            raise UpstreamUnavailable(log=f"clickhouse proxy: {exc!r}") from exc
+        try:
+            data = resp.json()
+        except ValueError as exc:
+            raise UpstreamUnavailable(log=f"clickhouse proxy: HTTP {resp.status_code}") from exc
+        if resp.status_code != 200:
+            err = data.get("error", {})
+            kind = _WIRE_ERRORS.get(err.get("type"), UpstreamUnavailable)
+            raise kind(log=f"clickhouse proxy: {err.get('log')}")
+        return decode(data.get("result"))
+
+    async def start(self, timeout_s: float = 120.0) -> None:
+        """Wait for the owner's proxy (it may still be starting)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                await self.ping()
+                return
+            except (UpstreamUnavailable, UpstreamTimeout, FileNotFoundError):
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.5)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def close_now(self) -> None:
+        self._client = None  # nothing of the owner's to flush
+
+    async def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        return await self._call("command", {"sql": sql, "params": params})
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+        return await self._call("query", {"sql": sql, "params": params})
+
+    async def insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        if rows:
+            await self._call("insert", {"table": table, "rows": list(rows)})
+
+    async def ping(self) -> float:
+        started = time.perf_counter()
+        await self._call("ping", {})
+        return (time.perf_counter() - started) * 1000
+
+    async def migrate(self) -> list[str]:
+        return []  # the owner applies migrations
+
+
+_WIRE_ERRORS: dict[Any, type[Exception]] = {
+    "UpstreamUnavailable": UpstreamUnavailable, "UpstreamTimeout": UpstreamTimeout,
+    "InternalError": InternalError}
 
 
 def _statements(sql: str) -> list[str]:

@@ -10,13 +10,13 @@ from schemas.api import ComponentHealth
 from schemas.settings import Settings
 
 from .accounts import Accounts
-from .clickhouse import ClickHouse
+from .clickhouse import PROXY_SCHEME, ClickHouse, RemoteClickHouse
 from .kafka import Producer
 from .metrics import Metrics
 from .objects import FileStore, ObjectStore, S3Store
 from .redis import RedisStore
 
-__all__ = ["Context", "build_objects"]
+__all__ = ["Context", "build_objects", "build_clickhouse"]
 
 log = logging.getLogger(__name__)
 
@@ -30,10 +30,21 @@ def build_objects(settings: Settings) -> ObjectStore:
     return FileStore(settings.data_path / "objects")
 
 
+def build_clickhouse(settings: Settings) -> ClickHouse | RemoteClickHouse:
+    """chdb or a server by URL; ``a5s+http://`` is the owner's loopback proxy (extra
+    embedded workers), authenticated with the console token."""
+    if settings.clickhouse_dsn.startswith(PROXY_SCHEME):
+        def token() -> str:
+            secret = settings.console_token.get_secret_value()
+            return secret or (settings.data_path / "console.token").read_text().strip()
+        return RemoteClickHouse(settings.clickhouse_dsn, settings.clickhouse_database, token)
+    return ClickHouse(settings.clickhouse_dsn, settings.clickhouse_database)
+
+
 @dataclass
 class Context:
     settings: Settings
-    ch: ClickHouse
+    ch: ClickHouse | RemoteClickHouse
     redis: RedisStore
     objects: ObjectStore
     producer: Producer
@@ -44,7 +55,7 @@ class Context:
 
     @classmethod
     def build(cls, settings: Settings) -> Context:
-        ch = ClickHouse(settings.clickhouse_dsn, settings.clickhouse_database)
+        ch = build_clickhouse(settings)
         redis = RedisStore(settings.redis_dsn)
         return cls(settings=settings, ch=ch, redis=redis, objects=build_objects(settings),
                    producer=Producer(settings), accounts=Accounts(ch, redis, settings.limits))

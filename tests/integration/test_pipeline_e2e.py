@@ -99,7 +99,7 @@ def usage(client: httpx.Client) -> dict[str, float]:
 
 
 def settled_usage(client: httpx.Client, used: float, timeout_s: float = 60.0) -> dict[str, float]:
-    """The ledger once it shows ``used`` seconds and nothing reserved (it trails the job rows)."""
+    """The ledger once it shows ``used`` seconds and nothing reserved (or as it is at timeout)."""
     deadline = time.monotonic() + timeout_s
     while True:
         limit = usage(client)
