@@ -112,7 +112,7 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
         self.connected_at = self.last_message = time.monotonic()
         self.tasks: set[asyncio.Task[Any]] = set()
         self.language = "en-US"
-        self.leased = self.opened = self.settled = False
+        self.leased = self.opened = self.was_ready = self.settled = False
         self.limit_ms = self.quota_ms = self.used_ms = 0
         self.audio_ms = 0.0
         self.tokens_ms = 0.0
@@ -306,6 +306,7 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
             raise StreamError(Code.quota_unavailable, f"At most {account.max_concurrent_sessions}"
                               " streaming sessions may be live at once.")
         self.leased, self.lease_at = True, time.monotonic()
+        self.ctx.metrics.live_sessions.inc()
         self.limit_ms = int(min(account.max_session_seconds * 1000,
                                 self.opts.max_session_s * 1000, remaining))
         self._write(ProviderStatus(message=f"Starting the {PROVIDER} recognizer."))
@@ -316,7 +317,7 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
             account_id=account.id, session_id=self.session_id, at=datetime.now(UTC)))
         if self.state != "starting":
             return
-        self.state = "ready"
+        self.state, self.was_ready = "ready", True
         self.tokens_ms, self.tokens_at = float(self.opts.burst_ms), time.monotonic()
         self.last_message = time.monotonic()
         self._spawn(self._pump())
@@ -427,9 +428,10 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
                     now - self.lease_at > self.opts.lease_ttl_s / 3:
                 self.lease_at = now
                 assert self.principal is not None
-                await self.ctx.redis.lease_session(
-                    self.principal.account.id, self.session_id,
-                    self.principal.account.max_concurrent_sessions, self.opts.lease_ttl_s)
+                with contextlib.suppress(A5sError):  # a Redis blip: the next renewal retries
+                    await self.ctx.redis.lease_session(
+                        self.principal.account.id, self.session_id,
+                        self.principal.account.max_concurrent_sessions, self.opts.lease_ttl_s)
 
     async def _cleanup(self) -> None:
         """After the socket closed, however it closed: free the worker, count, release."""
@@ -439,12 +441,13 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
             if not self._pumping():
                 self._spawn(self._pump(), keep=True)
         try:
-            if self.opened and not self.settled:
+            if self.was_ready and not self.settled:
                 await self._settle()
         except Exception as exc:  # the client is gone; operators must see the lost count
             log.error("realtime: usage of session %s not recorded: %r", self.session_id, exc)
         finally:
             if self.leased:
+                self.ctx.metrics.live_sessions.dec()
                 with contextlib.suppress(Exception):
                     await self.ctx.redis.release_session(self.principal.account.id,  # type: ignore[union-attr]
                                                          self.session_id)

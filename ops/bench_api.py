@@ -132,14 +132,17 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def embedded_stack() -> Iterator[tuple[str, str]]:
-    """``a5s up`` in a temporary directory; yields (base URL, key of an unthrottled account)."""
+def embedded_stack(data_dir: Path | None = None,
+                   extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
+    """``a5s up`` in ``data_dir`` (default: a temporary directory); yields (base URL, key of an
+    unthrottled account)."""
     with tempfile.TemporaryDirectory(prefix="a5s-bench-") as tmp:
-        data = Path(tmp) / "data"
+        data = data_dir or Path(tmp) / "data"
         port, console = _free_port(), _free_port()
         env = {**os.environ, "A5S_DATA_DIR": str(data), "A5S_PORT": str(port),
                "A5S_CONSOLE_PORT": str(console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
-               "A5S_EMBEDDED__REDIS": str(_free_port()), "A5S_LOG_LEVEL": "WARNING"}
+               "A5S_EMBEDDED__REDIS": str(_free_port()), "A5S_LOG_LEVEL": "WARNING",
+               **(extra_env or {})}
         with open(Path(tmp) / "stack.log", "wb") as log:
             proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO, env=env,
                                     stdout=log, stderr=subprocess.STDOUT,

@@ -239,13 +239,16 @@ class _Stack:
         return httpx.post(f"{base}/accounts/{account['id']}/keys", json={"name": "bench"},
                           headers=auth, timeout=30).json()["key"]
 
-    def close(self) -> None:
+    def close(self, keep_log: bool = False) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
             try:
                 self.proc.wait(60)
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
+        if keep_log:
+            shutil.copy(self.dir / "service.log", Path(tempfile.gettempdir()) / "a5s-bench.log")
+            print(f"service log kept in {Path(tempfile.gettempdir()) / 'a5s-bench.log'}")
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
@@ -276,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--show", action="store_true", help="print each session's transcript")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the stack
-    stack = None
+    stack, errors = None, 0
     if args.url:
         url, key = args.url, args.key
     else:
@@ -302,6 +305,7 @@ def main(argv: list[str] | None = None) -> None:
             asyncio.run(all_sessions())
             wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
             s = score(results)
+            errors += s["errors"]
             print(f"\n== {n} session(s) through the service, "
                   f"{sum(len(r.pcm) for r in results) / SR / n:.1f} s audio each, wall "
                   f"{wall:.1f} s, load average {load0:.2f} -> {load1:.2f}, errors {s['errors']}")
@@ -323,7 +327,7 @@ def main(argv: list[str] | None = None) -> None:
                     print("  HYP:", r.text)
     finally:
         if stack is not None:
-            stack.close()
+            stack.close(keep_log=errors > 0)
 
 
 if __name__ == "__main__":

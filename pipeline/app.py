@@ -28,6 +28,7 @@ from topologies.topics import ADMISSIONS, DISPATCH, SETTLED, TopicSpec
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
 from .faust_transport import App
+from .reconcile import RECONCILE_INTERVAL_S, Reconciler
 from .retention import SWEEP_INTERVAL_S, sweep_once
 from .stages import Stages
 from .webhooks import SCAN_INTERVAL_S, WebhookScheduler, WebhookSender
@@ -97,6 +98,8 @@ class Pipeline:
         }
         if "accounts" in names:
             self._agent("accounts", self.on_account_event, retries=None)
+            self.reconciler = Reconciler(self.app, self.ctx, self.accounts, self.publish)
+            self.app.timer(RECONCILE_INTERVAL_S, name="a5s.reconcile")(self.reconciler.tick)
         if "webhooks" in names:
             self._register_webhooks()
         if "retention" in names:

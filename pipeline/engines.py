@@ -40,10 +40,13 @@ class Engines:
         self._asr: Any = None
         self._diarizer: Any = None
         self._vad: Any = None
+        from .asr.base import resolve_device
         m = settings.models
+        self.batch_size = m.batch_size or (16 if resolve_device(m.device) == "cuda" else 1)
+        """Chunks per ASR call: the setting, or by device when it is 0."""
         self.batcher = BatchingTranscriber(
             lambda: self.asr, self.run,
-            BatchOptions(max_batch=m.batch_size, max_wait_ms=m.batch_max_wait_ms),
+            BatchOptions(max_batch=self.batch_size, max_wait_ms=m.batch_max_wait_ms),
             registry=registry)
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -75,7 +78,7 @@ class Engines:
                     compute_type=None if m.compute_type == "auto" else m.compute_type,
                     beam_size=m.beam_size, cpu_threads=m.cpu_threads))
                 log.info("models: whisper %s loaded from %s on %s (batches of up to %d)",
-                         m.whisper, path, self._asr.device, m.batch_size)
+                         m.whisper, path, self._asr.device, self.batch_size)
             return self._asr
 
     @property
@@ -118,9 +121,9 @@ class Engines:
         chunks are decoded one at a time on the models thread, as before batching.
         """
         from .audio import read_pcm
-        if self.settings.models.batch_size <= 1:
+        if self.batch_size <= 1:
             return await self.run(self.transcribe_sequential, pcm, chunks)
-        window = asyncio.Semaphore(self.settings.models.batch_size)
+        window = asyncio.Semaphore(self.batch_size)
 
         async def one(chunk: Region) -> list[TimedWord]:
             async with window:

@@ -130,7 +130,9 @@ class Stages:
         with tempfile.TemporaryDirectory(prefix="a5s-dl-") as tmp:
             path = Path(tmp) / "audio"
             with open(path, "wb") as fh:
-                await download(spec.audio_url or "", fh, policy=policy)
+                await download(spec.audio_url or "", fh, policy=policy,
+                               max_bytes=self.ctx.settings.max_download_bytes,
+                               timeout_s=self.ctx.settings.download_timeout_s)
             yield path
 
     # --- chunk --------------------------------------------------------------------------------

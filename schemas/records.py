@@ -74,16 +74,19 @@ class DurationKnown(Record):
     duration: float
 
 
-class Finished(Record):
-    """The job's result is stored; the accounts agent counts it, then settles it."""
-
-    kind: Literal["finished"] = "finished"
+class _Outcome(Record):
     account_id: str
     transcript_id: str
     status: Literal["completed", "error"]
     duration: float | None = None
     error_code: str | None = None
     error_message: str | None = None
+
+
+class Finished(_Outcome):
+    """The job's result is stored; the accounts agent counts it, then settles it."""
+
+    kind: Literal["finished"] = "finished"
 
 
 class LimitsChanged(Record):
@@ -154,27 +157,14 @@ class Transcribed(Record):
     result_key: str
 
 
-class JobOutcome(Record):
+class JobOutcome(_Outcome):
     """The end of a job's processing, successful or not: finalize takes it from here."""
 
-    account_id: str
-    transcript_id: str
-    status: Literal["completed", "error"]
-    duration: float | None = None
     result_key: str | None = None
-    error_code: str | None = None
-    error_message: str | None = None
 
 
-class Settled(Record):
+class Settled(_Outcome):
     """Usage is counted and the slot released: the outcome may now be made visible."""
-
-    account_id: str
-    transcript_id: str
-    status: Literal["completed", "error"]
-    duration: float | None = None
-    error_code: str | None = None
-    error_message: str | None = None
 
 
 class WebhookDue(Record):
@@ -234,7 +224,7 @@ class RealtimeAudio(Record):
 class RealtimeMessage(Record):
     """From the realtime worker to the owning gateway.
 
-    ``seq`` is the last audio record of the session the worker has taken in, so every
+    ``seq`` is the last audio record of the session the worker has received, so every
     message is also a progress report. ``progress`` says only that (sent at least once a
     second while audio flows, and once when the session opens); ``finished`` follows the
     last transcript after the ``final`` audio record; ``provider_error`` ends the session.

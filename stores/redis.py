@@ -61,6 +61,12 @@ async def map_redis_errors() -> AsyncIterator[None]:
         raise InternalError(log=f"redis: {exc}") from exc
 
 
+POOL_SIZE = 64
+"""Redis connections one process keeps at most."""
+POOL_WAIT_S = 5.0
+"""How long a command waits for a free connection before the request fails (502)."""
+
+
 class LedgerSnapshot(dict[str, Any]):
     """``used``, ``reserved`` (seconds), ``processing`` (count) as last published by the accounts agent."""
 
@@ -69,8 +75,12 @@ class RedisStore:
     def __init__(self, url: str, prefix: str = "a5s:") -> None:
         self.url = url
         self.prefix = prefix
-        self.client = aioredis.from_url(url, decode_responses=True, socket_timeout=5,
-                                        socket_connect_timeout=3, health_check_interval=15)
+        # A blocking pool: a burst of requests waits briefly for a free connection instead
+        # of failing with "Too many connections" (or opening hundreds of sockets).
+        pool = aioredis.BlockingConnectionPool.from_url(
+            url, max_connections=POOL_SIZE, timeout=POOL_WAIT_S, decode_responses=True,
+            socket_timeout=5, socket_connect_timeout=3, health_check_interval=15)
+        self.client = aioredis.Redis.from_pool(pool)
         self._rate = self.client.register_script(_RATE)
         self._bounded_add = self.client.register_script(_BOUNDED_ADD)
         self._lease = self.client.register_script(_LEASE)

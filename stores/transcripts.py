@@ -101,6 +101,15 @@ class Transcripts:
             "ORDER BY t.completed_at LIMIT {n:UInt32}", {"now": now, "n": limit})
         return [TranscriptRow.model_validate(r) for r in rows]
 
+    async def waiting(self, created_before: datetime, limit: int = 500) -> list[TranscriptRow]:
+        """Transcripts still ``queued`` that were created before ``created_before``, oldest
+        first (for the pipeline's check that every accepted job reached the accounts agent)."""
+        rows = await self.ch.query(
+            "SELECT * FROM {db}.transcripts FINAL WHERE deleted = 0 AND status = 'queued' "
+            "AND created_at < {t:DateTime64(3, 'UTC')} ORDER BY created_at LIMIT {n:UInt32}",
+            {"t": created_before, "n": limit})
+        return [TranscriptRow.model_validate(r) for r in rows]
+
     async def unpurged(self, limit: int = 500) -> list[tuple[str, str]]:
         """(account_id, id) of deleted transcripts whose earlier versions are still stored."""
         rows = await self.ch.query(

@@ -111,6 +111,7 @@ class RealtimeAgent:
                 for tp, records in batches.items():
                     for record in records:
                         await self._route(tp.partition, record.value, record.timestamp)
+                await self._acknowledge()
                 self._reap()
         finally:
             for live in list(self.sessions.values()):
@@ -199,6 +200,15 @@ class RealtimeAgent:
         self.sessions[sid] = live
         live.task = asyncio.create_task(self._serve(live), name=f"a5s-realtime-{sid}")
 
+    async def _acknowledge(self) -> None:
+        """Tell each gateway its audio arrived, even when decoding lags behind: the gateway's
+        stall check is about a worker that is gone, not one that is busy."""
+        now = time.monotonic()
+        for live in list(self.sessions.values()):
+            if live.queued > live.seq and now - live.last_sent >= PROGRESS_INTERVAL_S:
+                live.last_sent = now
+                await self._message(live.id, live.queued, "progress")
+
     def _reap(self) -> None:
         now = time.monotonic()
         for live in list(self.sessions.values()):
@@ -236,7 +246,8 @@ class RealtimeAgent:
                     live.seq = record.seq
                     if record.pcm:
                         await self._publish(live, await engine.accept(live.id, record.pcm))
-                    if record.final:
+                    if record.final:  # acknowledged first: the last finals may take a while
+                        await self._message(live.id, live.seq, "progress")
                         await self._publish(live, await engine.finish(live.id))
                         await self._message(live.id, live.seq, "finished")
                         return

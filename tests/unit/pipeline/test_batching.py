@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from pipeline.asr import TransducerEngine, TransducerOptions, WhisperEngine
+from pipeline.asr.base import cuda_device_count
 from pipeline.asr.batching import BatchingTranscriber, BatchOptions, choose_batch
 from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.engines import Engines
@@ -219,4 +220,16 @@ async def test_engines_batch_jobs_like_one_at_a_time(tmp_path: Path, model_cache
         assert engines.batcher.stats.mean_size > 1
     finally:
         await engines.batcher.close()
+        engines.close()
+
+
+def test_default_batch_size_follows_the_device(tmp_path: Path) -> None:
+    engines = Engines(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
+    try:
+        assert engines.batch_size == (16 if cuda_device_count() else 1)
+        forced = Engines(Settings(data_dir=tmp_path,  # type: ignore[call-arg]
+                                  models=ModelSettings(device="cpu", batch_size=8)))
+        assert forced.batch_size == 8
+        forced.close()
+    finally:
         engines.close()

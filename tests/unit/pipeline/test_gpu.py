@@ -74,8 +74,9 @@ def test_whisper_batched_on_cuda_matches_and_is_faster(whisper_cuda: WhisperEngi
 
 def test_engines_auto_settings_load_whisper_on_cuda(tmp_path: Path) -> None:
     engines = Engines(Settings(data_dir=tmp_path,  # type: ignore[call-arg]
-                               models=ModelSettings(device="auto", batch_size=16)))
+                               models=ModelSettings(device="auto")))
     try:
+        assert engines.batch_size == 16  # the default batches on a GPU
         assert engines.asr.device == "cuda"
         assert engines.asr._model.model.compute_type == "float16"
     finally:

@@ -1,0 +1,245 @@
+"""Load benchmark: sustained API traffic, then a batch backlog, with memory and latency over time.
+
+``python -m ops.bench_load [--duration 60] [--concurrency 16] [--backlog 300]``
+
+Starts an embedded stack (``a5s up``) in a temporary directory and, while sampling the
+resident memory (``VmRSS`` in ``/proc/<pid>/status``) of the service, the broker and
+Valkey every second (their pids are in ``<data_dir>/run/``):
+
+1. **sustained**: ``--concurrency`` clients for ``--duration`` seconds, each request one
+   of create (40 %), get (30 %), list (20 %), account (10 %); creates point ``audio_url``
+   at a loopback port that refuses connections, so their jobs fail fast in the pipeline;
+2. **backlog**: ``--backlog`` jobs submitted at once to one account, then drained by the
+   pipeline (five at a time, first in first out) while a reader polls the API; reports
+   how fast the backlog drains and each job's time from creation to its end.
+
+Printed: requests, throughput, p50/p99 latency and status codes per phase; p99 per
+10-second window (flat is good); peak and first/last RSS per process; backlog drain
+rate. Bounded: every loop stops at its count or its deadline. Loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import tempfile
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from ops.bench_api import _free_port, embedded_stack, percentile
+
+__all__ = ["main", "rss_kb"]
+
+PROCESSES = ("service", "broker", "redis")
+WINDOW_S = 10.0
+
+
+def rss_kb(pid: int) -> int | None:
+    """Resident memory of ``pid`` in KiB, or None when it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    return None
+
+
+@dataclass
+class Samples:
+    """(seconds since start, RSS KiB) per process, and (time, latency ms, status) per call."""
+
+    started: float = field(default_factory=time.monotonic)
+    rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    calls: list[tuple[float, str, float, int]] = field(default_factory=list)
+
+    def now(self) -> float:
+        return time.monotonic() - self.started
+
+    def record(self, phase: str, t0: float, status: int) -> None:
+        self.calls.append((t0 - self.started, phase, (time.monotonic() - t0) * 1000, status))
+
+
+async def sample_memory(run_dir: Path, samples: Samples, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        for name in PROCESSES:
+            try:
+                pid = int((run_dir / f"{name}.pid").read_text())
+            except (FileNotFoundError, ValueError):
+                continue
+            kb = rss_kb(pid)
+            if kb is not None:
+                samples.rss.setdefault(name, []).append((samples.now(), kb))
+        try:
+            await asyncio.wait_for(stop.wait(), 1.0)
+        except TimeoutError:
+            pass
+
+
+async def sustained(client: httpx.AsyncClient, samples: Samples, duration_s: float,
+                    concurrency: int) -> None:
+    dead = f"http://127.0.0.1:{_free_port()}/load.wav"
+    created: list[str] = []
+    deadline = time.monotonic() + duration_s
+    rng = random.Random(1)
+
+    async def one() -> None:
+        while time.monotonic() < deadline:
+            roll = rng.random()
+            t0 = time.monotonic()
+            try:
+                if roll < 0.4 or not created:
+                    resp = await client.post("/v1/transcripts", json={"audio_url": dead})
+                    if resp.status_code == 201:
+                        created.append(resp.json()["id"])
+                elif roll < 0.7:
+                    resp = await client.get(f"/v1/transcripts/{rng.choice(created)}")
+                elif roll < 0.9:
+                    resp = await client.get("/v1/transcripts", params={"limit": 20})
+                else:
+                    resp = await client.get("/v1/account")
+                status = resp.status_code
+            except httpx.HTTPError:
+                status = 0
+            samples.record("sustained", t0, status)
+
+    await asyncio.gather(*(one() for _ in range(concurrency)))
+
+
+async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
+                  timeout_s: float) -> dict[str, Any]:
+    dead = f"http://127.0.0.1:{_free_port()}/backlog.wav"
+    sem = asyncio.Semaphore(16)
+
+    async def create(i: int) -> str | None:
+        async with sem:
+            t0 = time.monotonic()
+            try:
+                resp = await client.post("/v1/transcripts", json={"audio_url": dead,
+                                                                  "metadata": {"n": i}})
+            except httpx.HTTPError:
+                samples.record("backlog-create", t0, 0)
+                return None
+            samples.record("backlog-create", t0, resp.status_code)
+            return resp.json()["id"] if resp.status_code == 201 else None
+
+    submitted = time.monotonic()
+    ids = [t for t in await asyncio.gather(*(create(i) for i in range(jobs))) if t]
+    deadline = time.monotonic() + timeout_s
+    done: dict[str, dict[str, Any]] = {}
+    while len(done) < len(ids) and time.monotonic() < deadline:
+        t0 = time.monotonic()
+        try:
+            resp = await client.get("/v1/transcripts", params={"limit": 100})
+            samples.record("backlog-read", t0, resp.status_code)
+            page = resp.json().get("data", []) if resp.status_code == 200 else []
+        except httpx.HTTPError:
+            samples.record("backlog-read", t0, 0)
+            page = []
+        for item in page:
+            if item["status"] in ("completed", "error"):
+                done[item["id"]] = item
+        if len(done) < len(ids):  # older pages: ask for each unfinished job directly
+            for tid in [t for t in ids if t not in done][:20]:
+                t0 = time.monotonic()
+                resp = await client.get(f"/v1/transcripts/{tid}")
+                samples.record("backlog-read", t0, resp.status_code)
+                if resp.status_code == 200 and resp.json()["status"] in ("completed", "error"):
+                    done[tid] = resp.json()
+        await asyncio.sleep(0.5)
+    drained_s = time.monotonic() - submitted
+    ends = [(_at(d["completed_at"]) - _at(d["created_at"])).total_seconds()
+            for d in done.values() if d.get("completed_at")]
+    return {"jobs": len(ids), "finished": len(done), "drain_s": round(drained_s, 1),
+            "jobs_per_s": round(len(done) / drained_s, 2) if drained_s else 0.0,
+            "job_p50_s": round(percentile(ends, 50), 2), "job_p99_s": round(percentile(ends, 99), 2),
+            "outcomes": dict(Counter((d.get("error") or {}).get("code", d["status"])
+                                     for d in done.values()))}
+
+
+def _at(stamp: str) -> datetime:
+    return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+
+
+def report(samples: Samples, drain: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"phases": {}, "windows_p99_ms": {}, "rss_mib": {}, "backlog": drain}
+    for phase in sorted({c[1] for c in samples.calls}):
+        calls = [c for c in samples.calls if c[1] == phase]
+        lat = [c[2] for c in calls]
+        span = (max(c[0] for c in calls) - min(c[0] for c in calls)) or 1.0
+        out["phases"][phase] = {
+            "requests": len(calls), "rps": round(len(calls) / span, 1),
+            "p50_ms": round(percentile(lat, 50), 1), "p99_ms": round(percentile(lat, 99), 1),
+            "statuses": dict(Counter(c[3] for c in calls))}
+        windows: dict[int, list[float]] = {}
+        for t, _, ms, _ in calls:
+            windows.setdefault(int(t // WINDOW_S), []).append(ms)
+        out["windows_p99_ms"][phase] = [round(percentile(v, 99), 1)
+                                        for _, v in sorted(windows.items())]
+    for name, series in samples.rss.items():
+        kb = [v for _, v in series]
+        out["rss_mib"][name] = {"first": round(kb[0] / 1024, 1), "peak": round(max(kb) / 1024, 1),
+                                "last": round(kb[-1] / 1024, 1), "samples": len(kb)}
+    return out
+
+
+async def run(url: str, key: str, run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    samples = Samples()
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(sample_memory(run_dir, samples, stop))
+    limits = httpx.Limits(max_connections=args.concurrency + 4,
+                          max_keepalive_connections=args.concurrency + 4)
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
+                                 timeout=30, limits=limits) as client:
+        await client.get("/v1/account")
+        await sustained(client, samples, args.duration, args.concurrency)
+        drain = await backlog(client, samples, args.backlog, args.backlog_timeout)
+    stop.set()
+    await sampler
+    return report(samples, drain)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=60.0, help="sustained phase, s")
+    parser.add_argument("--concurrency", type=int, default=16)
+    parser.add_argument("--backlog", type=int, default=300, help="jobs in the backlog phase")
+    parser.add_argument("--backlog-timeout", type=float, default=600.0,
+                        help="give the backlog at most this long to drain, s")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="a5s-load-") as tmp:
+        data = Path(tmp) / "data"
+        with embedded_stack(data_dir=data) as (url, key):
+            figures = asyncio.run(run(url, key, data / "run", args))
+    if args.json:
+        print(json.dumps(figures))
+        return 0
+    print(f"a5s load bench: {os.cpu_count()} cores, concurrency {args.concurrency}, "
+          f"{args.duration:g} s sustained, backlog of {args.backlog}")
+    for phase, f in figures["phases"].items():
+        print(f"{phase:<15} {f['requests']:>6} req {f['rps']:>7.1f} req/s  p50 "
+              f"{f['p50_ms']:>7.1f} ms  p99 {f['p99_ms']:>7.1f} ms  {f['statuses']}")
+    for phase, w in figures["windows_p99_ms"].items():
+        print(f"p99 per {WINDOW_S:g} s, {phase}: {w}")
+    for name, m in figures["rss_mib"].items():
+        print(f"RSS {name:<8} first {m['first']:>7.1f} MiB  peak {m['peak']:>7.1f} MiB  "
+              f"last {m['last']:>7.1f} MiB  ({m['samples']} samples)")
+    b = figures["backlog"]
+    print(f"backlog: {b['finished']}/{b['jobs']} jobs ended in {b['drain_s']} s "
+          f"({b['jobs_per_s']} jobs/s); creation to end p50 {b['job_p50_s']} s, "
+          f"p99 {b['job_p99_s']} s; {b['outcomes']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,275 @@
+"""Throughput benchmark: batched ASR, one vs two worker processes, and the GPU path.
+
+``python -m ops.bench_throughput [--jobs 200] [--model base] [--engine-chunks 24]
+[--workers 1,2] [--timeout 240] [--skip-e2e]``
+
+1. Engine level (this process, CPU unless CUDA is present): the same real-speech
+   chunks (eval clips cut by Silero VAD) decoded one at a time
+   (``WhisperEngine.transcribe``) and in batches (``transcribe_batch``); wall and
+   process CPU seconds, audio-hours per hour, and how many chunks gave the same
+   words.
+2. End to end: for each worker count, a fresh embedded stack (``a5s up
+   --workers N``: the service plus N-1 extra workers that reach its ClickHouse
+   through the loopback proxy) gets a backlog of ``--jobs`` jobs at once. The
+   jobs are cut from ``../shared/eval``: every real clip with a reference, the
+   asterisk prompts cycled to fill the count; each job is a different URL on a
+   loopback HTTP server (a ``?n=`` query makes repeats distinct downloads).
+   Printed: audio-hours per hour (total audio over the wall time from the first
+   submission to the last completion), per-job latency percentiles (created to
+   completed, queueing included), and the batch sizes the service's batcher
+   achieved (``a5s_asr_batch_size`` from ``/metrics``).
+3. GPU: RTF, audio-hours per hour, a batch-size sweep and GPU memory, where a
+   CUDA device is present; otherwise "not measured: no CUDA device".
+
+Every run is bounded by ``--timeout``; the load average is printed with each
+figure, since on a shared machine timings move with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+__all__ = ["main"]
+
+EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
+
+
+def _load() -> str:
+    return " ".join(f"{x:.1f}" for x in os.getloadavg())
+
+
+def _cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))] if ordered \
+        else float("nan")
+
+
+# --- 1. engine level ----------------------------------------------------------------------------
+
+def speech_chunks(n: int) -> list[tuple[Any, float]]:
+    """Up to ``n`` VAD chunks of real speech from the eval set (longest clips first)."""
+    from pipeline.audio import decode_to_pcm, read_pcm
+    from pipeline.vad import SileroVad, VadOptions, plan_chunks, speech_regions
+    items = [i for i in json.loads((EVAL / "manifest.json").read_text())["items"]
+             if i["kind"] == "real" and i["path"].startswith("real/") and
+             "asterisk_16k" not in i["path"]]
+    items.sort(key=lambda i: -i["duration"])
+    vad, opts, out = SileroVad(), VadOptions(), []
+    with tempfile.TemporaryDirectory() as tmp:
+        for item in items:
+            pcm = Path(tmp) / "a.pcm"
+            with pcm.open("wb") as fh:
+                decode_to_pcm(EVAL / item["path"], fh)
+            for chunk in plan_chunks(speech_regions(pcm, opts, vad), opts):
+                out.append((read_pcm(pcm, chunk), chunk.start))
+            if len(out) >= n:
+                break
+    return out[:n]
+
+
+def engine_section(model: str, n: int, batch_sizes: list[int], device: str) -> None:
+    from pipeline.asr import WhisperEngine, WhisperOptions
+    from pipeline.models import resolve_whisper
+    chunks = speech_chunks(n)
+    audio_s = sum(a.size for a, _ in chunks) / 16000
+    engine = WhisperEngine(resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models"),
+                           WhisperOptions(device=device))
+    engine.transcribe_batch(chunks[:2])  # warm-up
+    print(f"\n== engine level: whisper {model} on {engine.device}, {len(chunks)} chunks, "
+          f"{audio_s:.1f} s of real speech ==")
+    started, cpu = time.perf_counter(), _cpu()
+    single = [engine.transcribe(a, o) for a, o in chunks]
+    wall, cpu_s = time.perf_counter() - started, _cpu() - cpu
+    print(f"one at a time : wall {wall:6.1f} s  cpu {cpu_s:6.1f} s  "
+          f"{audio_s / wall:5.2f} audio-h/h (wall)  {audio_s / cpu_s:5.2f} audio-s per cpu-s"
+          f"  load {_load()}")
+    for size in batch_sizes:
+        engine.batch_fallbacks = 0
+        started, cpu = time.perf_counter(), _cpu()
+        batched: list[Any] = []
+        for k in range(0, len(chunks), size):
+            batched += engine.transcribe_batch(chunks[k:k + size])
+        wall_b, cpu_b = time.perf_counter() - started, _cpu() - cpu
+        same = sum([w.text for w in b] == [w.text for w in s] for b, s in zip(batched, single))
+        print(f"batch of {size:<4} : wall {wall_b:6.1f} s  cpu {cpu_b:6.1f} s  "
+              f"{audio_s / wall_b:5.2f} audio-h/h (wall)  {audio_s / cpu_b:5.2f} audio-s per "
+              f"cpu-s  same words {same}/{len(chunks)}  fallbacks {engine.batch_fallbacks}  "
+              f"load {_load()}")
+
+
+# --- 2. end to end ------------------------------------------------------------------------------
+
+def backlog(n: int) -> list[dict[str, Any]]:
+    items = [i for i in json.loads((EVAL / "manifest.json").read_text())["items"]
+             if i["kind"] == "real"]
+    prompts = sorted((i for i in items if "asterisk_16k" in i["path"]), key=lambda i: i["path"])
+    others = sorted((i for i in items if "asterisk_16k" not in i["path"] and
+                     i["duration"] <= 60), key=lambda i: i["path"])
+    chosen = others[:n]
+    k = 0
+    while len(chosen) < n and prompts:
+        chosen.append(prompts[k % len(prompts)])
+        k += 1
+    return chosen
+
+
+def batch_sizes_from_metrics(text: str) -> str:
+    count = total = 0.0
+    for line in text.splitlines():
+        if line.startswith("a5s_asr_batch_size_count"):
+            count = float(line.split()[-1])
+        elif line.startswith("a5s_asr_batch_size_sum"):
+            total = float(line.split()[-1])
+    return (f"{int(count)} batches, mean {total / count:.2f} chunks" if count else
+            "no batches recorded")
+
+
+def e2e_run(workers: int, jobs: list[dict[str, Any]], model: str, timeout_s: float,
+            batch_size: int) -> None:
+    from tests.stack import EvalServer, Stack
+    data = Path(tempfile.mkdtemp(prefix="a5s-bench-")) / "data"
+    data.mkdir(parents=True)
+    stack = Stack(data, env={"A5S_MODELS__WHISPER": model, "A5S_WORKERS": str(workers),
+                             "A5S_MODELS__BATCH_SIZE": str(batch_size)})
+    server = EvalServer(EVAL)
+    try:
+        stack.start(timeout_s=180)
+        if workers > 1:  # every extra worker joined (and loaded its models) before the load
+            deadline = time.monotonic() + 180
+            while len(list((data / "run").glob("worker-*.pid"))) < workers - 1 and \
+                    time.monotonic() < deadline:
+                time.sleep(1)
+            time.sleep(20)
+        keys = [stack.new_account(max_concurrent_jobs=20)[1] for _ in range(4)]
+        clients = [stack.client(k) for k in keys]
+        ids: dict[str, tuple[httpx.Client, float]] = {}
+        started = time.time()
+        for n, item in enumerate(jobs):
+            client = clients[n % len(clients)]
+            resp = client.post("/v1/transcripts",
+                               json={"audio_url": server.url(item["path"]) + f"?n={n}"})
+            resp.raise_for_status()
+            ids[resp.json()["id"]] = (client, item["duration"])
+        latencies: list[float] = []
+        audio = 0.0
+        last = started
+        failed = 0
+        deadline = time.monotonic() + timeout_s
+        pending = dict(ids)
+        while pending and time.monotonic() < deadline:
+            time.sleep(2)
+            for tid, (client, _) in list(pending.items()):
+                body = client.get(f"/v1/transcripts/{tid}").json()
+                if body["status"] not in ("completed", "error"):
+                    continue
+                del pending[tid]
+                if body["status"] == "error":
+                    failed += 1
+                    continue
+                from datetime import datetime
+                created = datetime.fromisoformat(body["created_at"].replace("Z", "+00:00"))
+                done = datetime.fromisoformat(body["completed_at"].replace("Z", "+00:00"))
+                latencies.append((done - created).total_seconds())
+                audio += float(body.get("audio_duration") or 0.0)
+                last = max(last, done.timestamp())
+        wall = last - started
+        metrics = httpx.get(stack.url("/metrics"), timeout=10).text
+        print(f"{workers} worker process(es): {len(latencies)}/{len(jobs)} completed, {failed} "
+              f"failed, {len(pending)} unfinished; {audio:.0f} s of audio in {wall:.0f} s = "
+              f"{audio / wall if wall else 0:.2f} audio-h/h; latency p50 {_pct(latencies, .5):.0f}"
+              f" s  p90 {_pct(latencies, .9):.0f} s  p99 {_pct(latencies, .99):.0f} s; service "
+              f"batcher: {batch_sizes_from_metrics(metrics)}; load {_load()}")
+        for log in sorted((data / "logs").glob("worker-*.log")):
+            lines = [ln for ln in log.read_text(errors="replace").splitlines()
+                     if "asr batching:" in ln]
+            if lines:
+                print(f"   {log.name}: {lines[-1].split('asr batching: ', 1)[1]}")
+    finally:
+        stack.stop()
+        server.close()
+        shutil.rmtree(data.parent, ignore_errors=True)
+
+
+# --- 3. GPU -------------------------------------------------------------------------------------
+
+def gpu_section(model: str, n: int) -> None:
+    from pipeline.asr.base import cuda_device_count
+    print("\n== GPU ==")
+    if cuda_device_count() == 0:
+        print("not measured: no CUDA device")
+        return
+    from pipeline.asr import WhisperEngine, WhisperOptions
+    from pipeline.models import resolve_whisper
+    chunks = speech_chunks(n)
+    audio_s = sum(a.size for a, _ in chunks) / 16000
+    engine = WhisperEngine(resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models"),
+                           WhisperOptions(device="cuda"))
+    engine.transcribe_batch(chunks[:4])
+    for size in (1, 4, 8, 16, 32, 64):
+        started = time.perf_counter()
+        for k in range(0, len(chunks), size):
+            if size == 1:
+                engine.transcribe(*chunks[k])
+            else:
+                engine.transcribe_batch(chunks[k:k + size])
+        wall = time.perf_counter() - started
+        print(f"batch {size:<3}: RTF {wall / audio_s:.4f}  {audio_s / wall:7.1f} audio-h/h per "
+              f"GPU  GPU memory {_gpu_memory()}")
+
+
+def _gpu_memory() -> str:
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return "n/a (no nvidia-smi)"
+    out = subprocess.run([smi, "--query-gpu=memory.used,memory.total", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False).stdout.strip()
+    return out.splitlines()[0] if out else "n/a"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--model", default="base")
+    parser.add_argument("--engine-chunks", type=int, default=24)
+    parser.add_argument("--batch-sizes", default="4,8")
+    parser.add_argument("--workers", default="1,2")
+    parser.add_argument("--batch-size", type=int, default=8,
+                        help="A5S_MODELS__BATCH_SIZE of the end-to-end stacks (0: by device)")
+    parser.add_argument("--timeout", type=float, default=240.0)
+    parser.add_argument("--skip-e2e", action="store_true")
+    parser.add_argument("--skip-engine", action="store_true")
+    args = parser.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    print(f"a5s throughput bench: {os.cpu_count()} cores, load {_load()}")
+    if not args.skip_engine:
+        engine_section(args.model, args.engine_chunks,
+                       [int(s) for s in args.batch_sizes.split(",")], "cpu")
+    if not args.skip_e2e:
+        jobs = backlog(args.jobs)
+        print(f"\n== end to end: {len(jobs)} jobs, {sum(j['duration'] for j in jobs):.0f} s of "
+              f"audio, whisper {args.model}, batch size {args.batch_size} ==")
+        for workers in (int(w) for w in args.workers.split(",")):
+            e2e_run(workers, jobs, args.model, args.timeout, args.batch_size)
+    gpu_section(args.model, args.engine_chunks)
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    main()

@@ -1,0 +1,107 @@
+"""Accepted jobs the accounts agent never saw are submitted again.
+
+The gateway records a transcript (``queued``) before it publishes the job's
+``submitted`` event, so the row is the proof that a job was accepted. Around a
+restart or a consumer-group rebalance a record can still go missing (a gateway
+killed between the two writes; Faust dropping records it fetched while its tables
+were recovering, see docs/operations.md). Every ``RECONCILE_INTERVAL_S`` the worker
+that owns an account's partition looks for that account's rows still ``queued``
+after ``RECONCILE_AFTER_S`` which its state has never seen (not waiting, not
+processing, not recently finished) and publishes their ``submitted`` again. The
+accounts agent treats a repeated submission as a no-op, so a merely slow record is
+harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from aiokafka.partitioner import murmur2
+
+from schemas.records import Submitted
+from schemas.rows import TranscriptRow
+from stores.context import Context
+from stores.transcripts import Transcripts
+from topologies.topics import ACCOUNT_EVENTS
+
+from .accounts import AccountState
+
+__all__ = ["unseen", "Reconciler", "RECONCILE_INTERVAL_S", "RECONCILE_AFTER_S"]
+
+log = logging.getLogger("a5s.pipeline")
+
+RECONCILE_INTERVAL_S = 15.0
+RECONCILE_AFTER_S = 30.0
+"""A ``submitted`` record normally reaches the accounts agent well within this."""
+
+
+def partition_of(key: str, partitions: int) -> int:
+    """The partition the producers' default partitioner (murmur2) gives ``key``."""
+    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+
+
+def unseen(rows: Iterable[TranscriptRow], state_of: Callable[[str], AccountState | None],
+           owned: Callable[[str], bool]) -> list[TranscriptRow]:
+    """The waiting rows whose account (owned here) has no trace of them."""
+    lost = []
+    for row in rows:
+        if not owned(row.account_id):
+            continue
+        state = state_of(row.account_id) or AccountState()
+        if row.id not in state.queue and row.id not in state.processing \
+                and row.id not in state.recent:
+            lost.append(row)
+    return lost
+
+
+class Reconciler:
+    def __init__(self, app: Any, ctx: Context, table: Any,
+                 publish: Callable[..., Any]) -> None:
+        self.app = app
+        self.ctx = ctx
+        self.table = table
+        self.publish = publish
+        self.transcripts = Transcripts(ctx.ch)
+        self.topic = ctx.settings.topic_prefix + ACCOUNT_EVENTS.name
+        self.partitions = ctx.settings.partitions
+
+    async def tick(self) -> None:
+        if not self._ready():
+            return
+        try:
+            await self.once(datetime.now(UTC))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the timer must keep running; the next tick redoes it
+            log.warning("reconcile failed: %r", exc)
+
+    async def once(self, now: datetime) -> list[str]:
+        owned = {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topic}
+        rows = await self.transcripts.waiting(now - timedelta(seconds=RECONCILE_AFTER_S))
+        lost = unseen(rows, self._state,
+                      lambda account: partition_of(account, self.partitions) in owned)
+        for row in lost:
+            if await self.ctx.redis.get_json("canceled", row.id):
+                continue
+            account = await self.ctx.accounts.get(row.account_id)
+            log.warning("reconcile %s: accepted %s but never seen by the accounts agent; "
+                        "submitting it again", row.id, row.created_at.isoformat())
+            await self.publish(ACCOUNT_EVENTS, row.account_id, Submitted(
+                account_id=row.account_id, transcript_id=row.id, at=row.created_at,
+                limits=account.limits))
+        return [row.id for row in lost]
+
+    def _state(self, account_id: str) -> AccountState | None:
+        raw = self.table.get(account_id)
+        return AccountState.model_validate_json(raw) if raw else None
+
+    def _ready(self) -> bool:
+        """Not while a rebalance or table recovery is under way: the state is incomplete."""
+        app = self.app
+        recovery = getattr(getattr(app, "tables", None), "recovery", None)
+        return (not getattr(app, "rebalancing", False) and not getattr(app, "in_recovery", False)
+                and recovery is not None and recovery.completed.is_set())
