@@ -42,7 +42,7 @@ def parse_body(model: type[M], raw: bytes) -> M:
     """Validate a JSON body into ``model``; every failure is a 400 naming the parameter."""
     try:
         data = json.loads(raw or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: "[[[..."
         raise InvalidRequest(f"The body is not valid JSON: {exc}.") from exc
     if not isinstance(data, dict):
         raise InvalidRequest("The body must be a JSON object.")

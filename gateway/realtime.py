@@ -210,7 +210,7 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
     def _on_text(self, text: str) -> None:
         try:
             message = CLIENT_MESSAGES.validate_python(json.loads(text))
-        except (ValueError, ValidationError) as exc:
+        except (ValueError, ValidationError, RecursionError) as exc:  # "[[[[..." nests too deep
             message = None
             detail = str(exc).splitlines()[0][:200]
         if self.state == "connected":

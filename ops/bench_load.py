@@ -161,7 +161,8 @@ async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
             for d in done.values() if d.get("completed_at")]
     return {"jobs": len(ids), "finished": len(done), "drain_s": round(drained_s, 1),
             "jobs_per_s": round(len(done) / drained_s, 2) if drained_s else 0.0,
-            "job_p50_s": round(percentile(ends, 50), 2), "job_p99_s": round(percentile(ends, 99), 2),
+            "job_p50_s": round(percentile(ends, 50), 2),
+            "job_p99_s": round(percentile(ends, 99), 2),
             "outcomes": dict(Counter((d.get("error") or {}).get("code", d["status"])
                                      for d in done.values()))}
 

@@ -95,9 +95,13 @@ def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any,
                tick: Any = None) -> int:
     """Wait for the service to exit; meanwhile restart any embedded component that died.
 
-    The broker and Valkey keep their data on disk (the broker's log and offsets, Valkey's
-    append-only file), so a component restarted in place on the same port is the same
-    component to the service, whose clients reconnect by themselves.
+    Valkey keeps its data in an append-only file, so restarted in place on the same port
+    it is the same Redis to the service, whose client reconnects by itself. A dead broker
+    takes the service with it: the broker's log and offsets are on disk, but a running
+    Faust worker that rejoins its group after a broker restart can drop records it had
+    fetched around the rebalance (seen in tests/integration/test_faults.py), while a
+    fresh process resumes cleanly from the committed offsets. So the service is stopped
+    and the caller restarts both.
     """
     while True:
         try:
@@ -106,7 +110,16 @@ def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any,
             pass
         if stopping():
             continue
-        for name in stack.check():
+        dead = stack.check()
+        if "broker" in dead:
+            click.echo("a5s: the embedded broker died; restarting it and the service", err=True)
+            child.send_signal(signal.SIGTERM)
+            try:
+                return child.wait(10)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                return child.wait()
+        for name in dead:
             _restart(stack, name)
         if tick is not None:  # extra workers, and stale group members of dead ones
             tick()

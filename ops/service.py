@@ -19,7 +19,7 @@ from typing import Any
 
 from schemas.settings import Settings
 from stores.context import Context
-from stores.kafka import ensure_topics
+from stores.kafka import ensure_topics, pace_empty_fetches
 
 __all__ = ["run", "ensure_default_account", "ROLES"]
 
@@ -67,6 +67,8 @@ def run(settings: Settings, roles: set[str]) -> int:
     for noisy in ("aiokafka", "faust", "mode", "kafka", "httpx", "httpcore"):
         logging.getLogger(noisy).setLevel(quiet)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    if settings.embedded_kafka:
+        pace_empty_fetches()
     settings.data_path.mkdir(parents=True, exist_ok=True)
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)

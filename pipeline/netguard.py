@@ -504,6 +504,8 @@ async def download(url: str, dst: BinaryIO, *, policy: AddressPolicy,
                 return written
     except (UnsafeURL, _TooManyRedirects) as exc:
         raise failed(str(exc)) from exc
+    except httpx.InvalidURL as exc:  # the URL, or a redirect's Location, httpx cannot parse
+        raise failed(f"not a valid URL ({exc})") from exc
     except TimeoutError as exc:
         raise failed(f"it did not finish within {timeout_s:g} seconds") from exc
     except httpx.HTTPError as exc:
@@ -542,6 +544,8 @@ async def post_json(url: str, body: bytes, headers: dict[str, str], *, policy: A
                 return response.status_code
     except UnsafeURL as exc:
         raise DeliveryError(f"webhook_url is not allowed: {exc}") from exc
+    except httpx.InvalidURL as exc:
+        raise DeliveryError(f"webhook_url is not a valid URL ({exc})") from exc
     except TimeoutError as exc:
         raise DeliveryError(f"no answer within {timeout_s:g} seconds") from exc
     except httpx.HTTPError as exc:

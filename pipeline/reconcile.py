@@ -5,11 +5,18 @@ The gateway records a transcript (``queued``) before it publishes the job's
 restart or a consumer-group rebalance a record can still go missing (a gateway
 killed between the two writes; Faust dropping records it fetched while its tables
 were recovering, see docs/operations.md). Every ``RECONCILE_INTERVAL_S`` the worker
-that owns an account's partition looks for that account's rows still ``queued``
-after ``RECONCILE_AFTER_S`` which its state has never seen (not waiting, not
-processing, not recently finished) and publishes their ``submitted`` again. The
+that owns an account's partition looks for that account's rows still ``queued`` (or
+``processing``) after ``RECONCILE_AFTER_S`` which its state has never seen (not waiting,
+not processing, not recently finished) and publishes their ``submitted`` again. The
 accounts agent treats a repeated submission as a no-op, so a merely slow record is
 harmless.
+
+Once per process start, when its tables are recovered, the worker also re-dispatches
+every job its ledger holds as ``processing``. The embedded broker (noida-db) was seen to
+lose the last records it had acknowledged when it is killed, which would leave such a job
+waiting for a record that no longer exists; every stage reuses the outputs already stored
+under ``jobs/<id>/`` and the ledger never counts twice, so a job whose records did survive
+is only carried to its end a second time, with the same result.
 """
 
 from __future__ import annotations
@@ -22,11 +29,11 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
-from schemas.records import Submitted
+from schemas.records import Dispatch, Submitted
 from schemas.rows import TranscriptRow
 from stores.context import Context
 from stores.transcripts import Transcripts
-from topologies.topics import ACCOUNT_EVENTS
+from topologies.topics import ACCOUNT_EVENTS, DISPATCH
 
 from .accounts import AccountState
 
@@ -68,11 +75,15 @@ class Reconciler:
         self.transcripts = Transcripts(ctx.ch)
         self.topic = ctx.settings.topic_prefix + ACCOUNT_EVENTS.name
         self.partitions = ctx.settings.partitions
+        self.started = False
 
     async def tick(self) -> None:
         if not self._ready():
             return
         try:
+            if not self.started:
+                await self.resume_processing()
+                self.started = True
             await self.once(datetime.now(UTC))
         except asyncio.CancelledError:
             raise
@@ -94,6 +105,20 @@ class Reconciler:
                 account_id=row.account_id, transcript_id=row.id, at=row.created_at,
                 limits=account.limits))
         return [row.id for row in lost]
+
+    async def resume_processing(self) -> list[str]:
+        """Dispatch again every job the recovered ledger holds as processing (see above)."""
+        resumed = []
+        for account_id, raw in list(self.table.items()):
+            state = AccountState.model_validate_json(raw) if raw else AccountState()
+            for tid, run in state.processing.items():
+                await self.publish(DISPATCH, tid, Dispatch(
+                    account_id=account_id, transcript_id=tid, started_at=run.started_at))
+                resumed.append(tid)
+        if resumed:
+            log.info("reconcile: resuming %d processing job(s) after start: %s", len(resumed),
+                     ", ".join(resumed))
+        return resumed
 
     def _state(self, account_id: str) -> AccountState | None:
         raw = self.table.get(account_id)

@@ -22,9 +22,12 @@ from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
 
 __all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
 
-# GCRA: allows `limit` requests per `period` seconds in any rolling window.
+# GCRA: allows `limit` requests per `period` seconds in any rolling window. The clock is the
+# server's: every gateway replica shares it, and a request that waited for a connection is
+# not judged by the time it was made (which would refuse it behind later ones).
 _RATE = """
-local now = tonumber(ARGV[1]); local period = tonumber(ARGV[2]); local limit = tonumber(ARGV[3])
+local t = redis.call('TIME'); local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
+local period = tonumber(ARGV[1]); local limit = tonumber(ARGV[2])
 local interval = period / limit
 local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tat < now then tat = now end
@@ -103,7 +106,7 @@ class RedisStore:
         """0 when allowed, else the whole seconds to wait (for ``Retry-After``)."""
         async with map_redis_errors():
             wait = float(await self._rate(keys=[self.k("rate", bucket)],
-                                          args=[time.time(), period_s, limit]))
+                                          args=[period_s, limit]))
         return 0 if wait <= 0 else max(1, math.ceil(wait))
 
     async def enqueue(self, account_id: str, transcript_id: str, limit: int) -> bool:

@@ -102,10 +102,12 @@ class Transcripts:
         return [TranscriptRow.model_validate(r) for r in rows]
 
     async def waiting(self, created_before: datetime, limit: int = 500) -> list[TranscriptRow]:
-        """Transcripts still ``queued`` that were created before ``created_before``, oldest
-        first (for the pipeline's check that every accepted job reached the accounts agent)."""
+        """Transcripts still ``queued`` or ``processing`` that were created before
+        ``created_before``, oldest first (for the pipeline's check that every accepted job
+        is known to the accounts agent)."""
         rows = await self.ch.query(
-            "SELECT * FROM {db}.transcripts FINAL WHERE deleted = 0 AND status = 'queued' "
+            "SELECT * FROM {db}.transcripts FINAL WHERE deleted = 0 "
+            "AND status IN ('queued', 'processing') "
             "AND created_at < {t:DateTime64(3, 'UTC')} ORDER BY created_at LIMIT {n:UInt32}",
             {"t": created_before, "n": limit})
         return [TranscriptRow.model_validate(r) for r in rows]

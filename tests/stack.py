@@ -105,6 +105,10 @@ class Stack:
             except subprocess.TimeoutExpired:
                 os.killpg(self.proc.pid, signal.SIGKILL)
                 self.proc.wait()
+                # the broker, Valkey and the service run in sessions of their own
+                for pidfile in (self.data_dir / "run").glob("*.pid"):
+                    with contextlib.suppress(ValueError, ProcessLookupError):
+                        os.kill(int(pidfile.read_text()), signal.SIGKILL)
         self.proc = None
 
     def url(self, path: str) -> str:

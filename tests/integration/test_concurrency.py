@@ -44,7 +44,8 @@ def burst(stack: Stack, key: str, n: int, body: Any, headers: dict[str, str] | N
 
 
 def codes(responses: list[httpx.Response]) -> Counter[tuple[int, str]]:
-    return Counter((r.status_code, (r.json().get("error") or {}).get("code", "")) for r in responses)
+    return Counter((r.status_code, (r.json().get("error") or {}).get("code", ""))
+                   for r in responses)
 
 
 class _Gate(http.server.BaseHTTPRequestHandler):

@@ -250,9 +250,9 @@ def test_bombs_and_lying_headers_end_with_the_real_duration_or_a_job_error(
                 break
             time.sleep(0.5)
         assert usage["used_seconds"] == pytest.approx(counted, abs=1e-3)
-    print(f"\nbombs: {len(BOMBS)} files, all ended in {elapsed:.1f} s: "
-          + ", ".join(f"{ids[t]}={b['status'] if b['status'] == 'completed' else b['error']['code']}"
-                      for t, b in done.items()))
+    outcomes = {ids[t]: b["status"] if b["status"] == "completed" else b["error"]["code"]
+                for t, b in done.items()}
+    print(f"\nbombs: {len(BOMBS)} files, all ended in {elapsed:.1f} s: {outcomes}")
 
 
 # --- hostile origins: bodies that never end, drip, or never answer ----------------------------
@@ -328,8 +328,8 @@ STREAM_CODES = {"invalid_start", "unsupported_language", "unknown_provider",
 CLOSE_CODES = {1000, 1009, 1011, 1013, 4400, 4401, 4403, 4408, 4409}
 SERVER_TYPES = {"provider_status", "ready", "transcript", "session_limit", "finished",
                 "provider_error", "error", "pong"}
-FUZZ_CONNECTIONS = 60
-FUZZ_SECONDS = 4.0
+FUZZ_CONNECTIONS = 40
+FUZZ_SECONDS = 3.0
 
 
 def _fuzz_message(rng: random.Random) -> str | bytes:
@@ -363,12 +363,21 @@ def _fuzz_message(rng: random.Random) -> str | bytes:
 
 
 async def _fuzz_one(url: str, key: str, rng: random.Random) -> tuple[list[str], int | None]:
+    """Send 1 to 5 fuzz messages, read for ``FUZZ_SECONDS``: (what came back, close code).
+
+    The close code is 1006 (no close frame) only where that is the spec's behaviour: after a
+    frame over 1 MB ("closes without a message"), or when the client kept sending after
+    the server's ``error`` had ended the session.
+    """
     kinds: list[str] = []
+    oversized = False
     async with websockets.connect(url, additional_headers={"Authorization": f"Bearer {key}"},
                                   max_size=None, open_timeout=30) as ws:
         try:
             for _ in range(rng.randrange(1, 6)):
-                await ws.send(_fuzz_message(rng))
+                message = _fuzz_message(rng)
+                oversized |= len(message) > 1 << 20
+                await ws.send(message)
             deadline = time.monotonic() + FUZZ_SECONDS
             while time.monotonic() < deadline:
                 raw = await asyncio.wait_for(ws.recv(), max(0.1, deadline - time.monotonic()))
@@ -383,6 +392,9 @@ async def _fuzz_one(url: str, key: str, rng: random.Random) -> tuple[list[str], 
         if ws.close_code is None:
             await ws.close()
             return kinds, None
+        if ws.close_code == 1006:
+            assert oversized or any(k in STREAM_CODES for k in kinds), \
+                f"the connection dropped without a close frame or an error: {kinds}"
         return kinds, ws.close_code
 
 
@@ -400,7 +412,7 @@ def test_websocket_fuzz_gets_spec_errors_and_close_codes(stack: Stack) -> None:
 
     results = asyncio.run(asyncio.wait_for(go(), 300))
     closes = Counter(code for _, code in results)
-    assert set(closes) - {None} <= CLOSE_CODES, closes
+    assert set(closes) - {None} <= CLOSE_CODES | {1006}, closes
     assert closes[4400] > 0, closes  # the fuzz did exercise the refusals
     assert httpx.get(stack.url("/health"), timeout=10).status_code == 200
     print(f"\nwebsocket fuzz: {FUZZ_CONNECTIONS} connections; close codes {dict(closes)}; "
