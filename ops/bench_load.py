@@ -189,7 +189,9 @@ def report(samples: Samples, drain: dict[str, Any]) -> dict[str, Any]:
     for name, series in samples.rss.items():
         kb = [v for _, v in series]
         out["rss_mib"][name] = {"first": round(kb[0] / 1024, 1), "peak": round(max(kb) / 1024, 1),
-                                "last": round(kb[-1] / 1024, 1), "samples": len(kb)}
+                                "last": round(kb[-1] / 1024, 1), "samples": len(kb),
+                                "every_30_s": [round(v / 1024) for v in
+                                               {int(t // 30): v for t, v in series}.values()]}
     return out
 
 
@@ -234,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"p99 per {WINDOW_S:g} s, {phase}: {w}")
     for name, m in figures["rss_mib"].items():
         print(f"RSS {name:<8} first {m['first']:>7.1f} MiB  peak {m['peak']:>7.1f} MiB  "
-              f"last {m['last']:>7.1f} MiB  ({m['samples']} samples)")
+              f"last {m['last']:>7.1f} MiB  ({m['samples']} samples); every 30 s: "
+              f"{m['every_30_s']}")
     b = figures["backlog"]
     print(f"backlog: {b['finished']}/{b['jobs']} jobs ended in {b['drain_s']} s "
           f"({b['jobs_per_s']} jobs/s); creation to end p50 {b['job_p50_s']} s, "

@@ -89,6 +89,8 @@ def up(data_dir: str | None, workers: int) -> None:
 
 WATCH_INTERVAL_S = 0.5
 """How often ``a5s up`` looks at its embedded components while the service runs."""
+STOP_GRACE_S = 30.0
+"""How long the service may take to stop after Ctrl-C or SIGTERM before it is killed."""
 
 
 def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any,
@@ -103,12 +105,18 @@ def _supervise(child: subprocess.Popen[bytes], stack: Any, stopping: Any,
     fresh process resumes cleanly from the committed offsets. So the service is stopped
     and the caller restarts both.
     """
+    stop_asked: float | None = None
     while True:
         try:
             return child.wait(WATCH_INTERVAL_S)
         except subprocess.TimeoutExpired:
             pass
         if stopping():
+            # A service that does not finish stopping in time is killed, so the embedded
+            # components are still stopped before whoever stops us loses patience.
+            stop_asked = stop_asked or time.monotonic()
+            if time.monotonic() - stop_asked > STOP_GRACE_S:
+                child.kill()
             continue
         dead = stack.check()
         if "broker" in dead:

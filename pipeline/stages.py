@@ -215,9 +215,17 @@ class Stages:
             await self._cleanup(tid, row.file_id if row else None)
             return
         if row.status in ("completed", "error"):
-            # Settled and published already: a replayed outcome must not write a second
-            # usage event (a late "failed" beside the "completed" one) or settle again.
-            log.info("finalize %s: already %s; dropping a replayed outcome", tid, row.status)
+            # Settled already: a replayed outcome must not write a second usage event (a late
+            # "failed" beside the "completed" one). The recorded outcome is announced to the
+            # ledger again: it counts a job only while it holds it as processing, which is
+            # the case when the broker lost the ledger's last changes (a killed embedded
+            # broker); otherwise the job stays counted once and its slot stays free.
+            log.info("finalize %s: already %s; announcing the recorded outcome again", tid,
+                     row.status)
+            await self.publish(ACCOUNT_EVENTS, row.account_id, Finished(
+                account_id=row.account_id, transcript_id=tid, status=row.status,
+                duration=row.audio_duration if row.status == "completed" else None,
+                error_code=row.error_code, error_message=row.error_message))
             return
         now = datetime.now(UTC)
         completed = outcome.status == "completed"

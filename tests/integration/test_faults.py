@@ -321,8 +321,12 @@ def test_every_job_ended_once_counted_once_and_notified_once(
         listed = client.get("/v1/transcripts", params={"limit": 100}).json()["data"]
         assert sorted(t["id"] for t in listed) == sorted(jobs.clips), "a job is missing or twice"
         total = sum(b["audio_duration"] for b in done.values())
-        limit = wait_for(lambda: _settled(client, total), 60, "the ledger settling", 0.5)
-        assert limit["used_seconds"] == pytest.approx(total, abs=1e-3)
+        try:
+            limit = wait_for(lambda: _settled(client, total), 60, "the ledger settling", 0.5)
+        except TimeoutError:
+            limit = client.get("/v1/account").json()["usage_limit"]
+        assert limit["used_seconds"] == pytest.approx(total, abs=1e-3), (limit, total)
+        assert limit["reserved_seconds"] == 0, limit
         totals = client.get("/v1/usage").json()["totals"]["a5s-async-v1"]
         assert totals["completed"] == len(done) and totals["failed"] == 0, totals
         assert totals["audio_seconds"] == pytest.approx(total, abs=0.01)
