@@ -139,10 +139,11 @@ class Stack:
 
     # --- console ------------------------------------------------------------------------------
 
-    def console(self, method: str, path: str, body: Any = None) -> Any:
+    def console(self, method: str, path: str, body: Any = None, timeout_s: float = 30) -> Any:
         token = (self.data_dir / "console.token").read_text().strip()
         resp = httpx.request(method, f"http://127.0.0.1:{self.console_port}/console/v1{path}",
-                             json=body, headers={"Authorization": f"Bearer {token}"}, timeout=30)
+                             json=body, headers={"Authorization": f"Bearer {token}"},
+                             timeout=timeout_s)
         resp.raise_for_status()
         return resp.json()
 
