@@ -16,7 +16,8 @@ from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, Interna
 from schemas.rows import AccountRow, ApiKeyRow
 from stores.context import Context
 
-__all__ = ["BaseHandler", "Principal", "NotFoundHandler", "parse_body", "validation_param"]
+__all__ = ["BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
+           "validation_param"]
 
 log = logging.getLogger("a5s.gateway")
 M = TypeVar("M", bound=BaseModel)
@@ -51,6 +52,19 @@ def parse_body(model: type[M], raw: bytes) -> M:
     except ValidationError as exc:
         param, msg = validation_param(exc)
         raise InvalidRequest(msg[0].upper() + msg[1:] + ".", param=param) from exc
+
+
+async def principal_for(ctx: Context, token: str | None) -> Principal:
+    """The account and key behind an API key, refused by the spec's codes (REST and WebSocket)."""
+    found = await ctx.accounts.authenticate(token) if token else None
+    if found is None:
+        raise Unauthorized()
+    account, key = found
+    if account.status == "disabled":
+        raise AccountDisabled()
+    if account.status == "suspended":
+        raise AccountSuspended()
+    return Principal(account, key)
 
 
 class BaseHandler(tornado.web.RequestHandler):
@@ -127,17 +141,9 @@ class BaseHandler(tornado.web.RequestHandler):
     async def authenticate(self) -> Principal:
         header = self.request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        if scheme.lower() != "bearer":
             raise Unauthorized()
-        found = await self.ctx.accounts.authenticate(token.strip())
-        if found is None:
-            raise Unauthorized()
-        account, key = found
-        if account.status == "disabled":
-            raise AccountDisabled()
-        if account.status == "suspended":
-            raise AccountSuspended()
-        self.principal = Principal(account, key)
+        self.principal = await principal_for(self.ctx, token.strip())
         return self.principal
 
     def body_as(self, model: type[M]) -> M:

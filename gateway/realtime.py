@@ -52,7 +52,7 @@ from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import Principal
+from .base import Principal, principal_for
 from .realtime_hub import RealtimeHub
 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
@@ -192,18 +192,10 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
         return self.get_query_argument("token", None)
 
     async def _authenticate(self) -> Principal:
-        token = self._bearer()
-        found = await self.ctx.accounts.authenticate(token) if token else None
-        if found is None:
-            raise Unauthorized()
-        account, key = found
-        if account.status == "disabled":
-            raise AccountDisabled()
-        if account.status == "suspended":
-            raise AccountSuspended()
-        if not account.streaming_enabled:
+        principal = await principal_for(self.ctx, self._bearer())
+        if not principal.account.streaming_enabled:
             raise ModelAccessDenied(f"This account has no access to {STREAMING_MODEL}.")
-        return Principal(account, key)
+        return principal
 
     # --- client messages ----------------------------------------------------------------------
 

@@ -27,7 +27,7 @@ from asr_support import EVAL  # noqa: E402
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, dict]:
     if not (EVAL / "manifest.json").is_file():
-        pytest.skip(f"eval set not found at {EVAL}")
+        pytest.fail(f"eval set not found at {EVAL}: it must sit beside the repository")
     items = json.loads((EVAL / "manifest.json").read_text())["items"]
     return {item["path"]: item for item in items}
 

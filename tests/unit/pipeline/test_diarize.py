@@ -71,7 +71,7 @@ def diarized(diarizer: Diarizer, silero):
         if name not in cache:
             path = EVAL / name
             if not path.is_file():
-                pytest.skip(f"eval audio not found: {path}")
+                pytest.fail(f"eval audio not found: {path}")
             audio = load_audio(path)
             stamps = get_speech_timestamps(torch.from_numpy(audio), silero,
                                            sampling_rate=SAMPLE_RATE, return_seconds=True)
