@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
@@ -110,6 +111,18 @@ class Stack:
                     with contextlib.suppress(ValueError, ProcessLookupError):
                         os.kill(int(pidfile.read_text()), signal.SIGKILL)
         self.proc = None
+
+    @contextlib.contextmanager
+    def no_uncaught_errors(self) -> Iterator[None]:
+        """Whatever clients saw, the service must not log an unhandled exception meanwhile."""
+        log = self.data_dir.parent / f"{self.data_dir.name}.log"
+        start = log.stat().st_size
+        yield
+        with open(log, "rb") as fh:
+            fh.seek(start)
+            text = fh.read().decode(errors="replace")
+        assert "Uncaught exception" not in text and "Exception in exception handler" not in text, \
+            text[text.find("Uncaught exception") - 200:][:3000]
 
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"

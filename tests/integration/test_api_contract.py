@@ -71,15 +71,8 @@ def raw_request(port: int, head: str, body: bytes = b"") -> tuple[int, dict[str,
 
 @pytest.fixture(scope="module", autouse=True)
 def no_uncaught_errors(stack: Stack) -> Iterator[None]:
-    """Whatever the clients saw, the service must not have logged an unhandled exception."""
-    log = stack.data_dir.parent / f"{stack.data_dir.name}.log"
-    start = log.stat().st_size
-    yield
-    with open(log, "rb") as fh:
-        fh.seek(start)
-        text = fh.read().decode(errors="replace")
-    assert "Uncaught exception" not in text and "Exception in exception handler" not in text, \
-        text[text.find("Uncaught exception") - 200:][:3000]
+    with stack.no_uncaught_errors():
+        yield
 
 
 @pytest.fixture(scope="module")
