@@ -10,9 +10,10 @@ hallucination check. ``--limit`` takes items round-robin across groups so a
 small run still covers every source.
 
 WER is pooled over all scored words (errors / reference words) after
-lowercasing and removing punctuation on both sides; a second figure also
-spells numbers 0-999 and "mr", "mrs", "dr", "ok" out on both sides, since a
-reference may say "one" or "mister" where Whisper writes "1" or "Mr.". RTF is
+lowercasing and removing punctuation on both sides; a second figure uses
+Whisper's English text normalizer on both sides instead (numbers as digits,
+contractions spelled out), since a reference may say "one" or "I am" where
+Whisper writes "1" or "I'm". RTF is
 wall time (decode, VAD and recognition) over audio duration on this machine;
 Whisper encodes a full 30 s window however short the audio, so clips of a few
 seconds cost nearly as much as 30 s ones and the RTF of long items is given
@@ -38,7 +39,7 @@ from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.models import resolve_whisper
 from pipeline.vad import SileroVad, VadOptions, plan_chunks, speech_regions
 
-__all__ = ["main", "plain_words", "spoken_numbers", "select_items"]
+__all__ = ["main", "plain_words", "normalized", "select_items"]
 
 DEFAULT_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
 SCORED_QUALITY = ("exact", "similar")
@@ -46,9 +47,6 @@ LONG_S = 10.0
 """Items at least this long (seconds) get their own RTF line."""
 _PUNCT = re.compile(r"[^a-z0-9' ]+")
 _DESCRIPTION = re.compile(r"^\s*[(<\[].*[)>\]]\s*$")
-_ONES = ("zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen "
-         "fifteen sixteen seventeen eighteen nineteen").split()
-_TENS = "_ _ twenty thirty forty fifty sixty seventy eighty ninety".split()
 
 
 def plain_words(text: str) -> str:
@@ -56,38 +54,21 @@ def plain_words(text: str) -> str:
     return " ".join(_PUNCT.sub(" ", text.lower().replace("-", " ")).split())
 
 
-def _say(n: int) -> str:
-    if n < 20:
-        return _ONES[n]
-    if n < 100:
-        return _TENS[n // 10] + ("" if n % 10 == 0 else " " + _ONES[n % 10])
-    rest = n % 100
-    return _ONES[n // 100] + " hundred" + ("" if rest == 0 else " " + _say(rest))
+def normalized(text: str) -> str:
+    """Whisper's ``EnglishTextNormalizer``: the WER convention of the Whisper paper.
+
+    It spells contractions out, writes numbers as digits, standardises spellings
+    and drops fillers, on both sides, so "twenty" and "20" or "I'm" and "I am"
+    are one word. The model field notes measured with it.
+    """
+    global _NORMALIZER
+    if _NORMALIZER is None:
+        from whisper_normalizer.english import EnglishTextNormalizer
+        _NORMALIZER = EnglishTextNormalizer()
+    return " ".join(_NORMALIZER(text).split())
 
 
-_SPELLED = {"mr": "mister", "mrs": "missus", "dr": "doctor", "ok": "okay"}
-_ORDINAL = re.compile(r"^(\d{1,3})(?:st|nd|rd|th)$")
-_ORDINAL_WORDS = {"one": "first", "two": "second", "three": "third", "five": "fifth",
-                  "eight": "eighth", "nine": "ninth", "twelve": "twelfth"}
-
-
-def _say_ordinal(n: int) -> str:
-    *head, last = _say(n).split()
-    last = _ORDINAL_WORDS.get(last) or (last[:-1] + "ieth" if last.endswith("y") else last + "th")
-    return " ".join([*head, last])
-
-
-def _spell(word: str) -> str:
-    if word.isdigit() and int(word) < 1000:
-        return _say(int(word))
-    if match := _ORDINAL.match(word):
-        return _say_ordinal(int(match.group(1)))
-    return _SPELLED.get(word, word)
-
-
-def spoken_numbers(text: str) -> str:
-    """:func:`plain_words`, then numbers 0-999 (and "12th") and a few abbreviations spelled out."""
-    return " ".join(_spell(w) for w in plain_words(text).split())
+_NORMALIZER = None
 
 
 @dataclass
@@ -188,20 +169,20 @@ def report(results: list[Result]) -> None:
     described = [r for r in results if not r.reference]
     audio = sum(r.duration for r in results)
     wall = sum(r.seconds for r in results)
-    print("\n group            items  audio s   rtf    wer   wer(spelled out)")
+    print("\n group            items  audio s   rtf    wer   wer(normalized)")
     for group in sorted({r.group for r in results}):
         rows = [r for r in results if r.group == group]
         rs = [r for r in rows if r.reference]
-        w = (f"{wer(rs, plain_words)[0]:6.1%}  {wer(rs, spoken_numbers)[0]:6.1%}" if rs
+        w = (f"{wer(rs, plain_words)[0]:6.1%}  {wer(rs, normalized)[0]:6.1%}" if rs
              else "     -       -")
         print(f" {group:16s} {len(rows):5d} {sum(r.duration for r in rows):8.1f} "
               f"{sum(r.seconds for r in rows) / sum(r.duration for r in rows):5.3f} {w}")
     if scored:
         plain, words = wer(scored, plain_words)
-        spoken, _ = wer(scored, spoken_numbers)
+        spoken, _ = wer(scored, normalized)
         print(f"\nOVERALL: {len(scored)} scored items, {words} reference words: "
               f"WER {plain:.2%} (lowercase, no punctuation); "
-              f"{spoken:.2%} (numbers etc. spelled out)")
+              f"{spoken:.2%} (Whisper normalizer)")
     if described:
         stray = sum(len(r.hypothesis.split()) for r in described)
         print(f"non-verbal references (silence, beeps): {len(described)} items, "

@@ -13,7 +13,7 @@ decode, Silero VAD, chunk plan, Whisper; no diarization) on the same files in
 this process.
 
 Printed: per-file WER, pooled WER (lowercase, punctuation removed on both sides;
-also with numbers and "mr"/"dr"/... spelled out), the end-to-end real-time factor
+also after Whisper's English text normalizer), the end-to-end real-time factor
 (wall time from the first submission to the last completion over total audio),
 per-job latency p50/p95 (created to completed, which includes waiting in the
 queue, and started to completed), processing time against audio length, and the
@@ -39,7 +39,7 @@ from typing import Any
 import httpx
 import jiwer
 
-from .bench_asr import DEFAULT_EVAL, plain_words, select_items, spoken_numbers
+from .bench_asr import DEFAULT_EVAL, normalized, plain_words, select_items
 
 __all__ = ["main", "choose_items"]
 
@@ -209,9 +209,9 @@ def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[
           f"{words} reference words")
     if done:
         plain = jiwer.wer(refs, hyps)
-        spelled = jiwer.wer([spoken_numbers(r) for r in refs], [spoken_numbers(h) for h in hyps])
-        print(f"WER {plain:.2%} (lowercase, no punctuation); {spelled:.2%} (numbers, "
-              f"abbreviations spelled out)")
+        spelled = jiwer.wer([normalized(r) for r in refs], [normalized(h) for h in hyps])
+        print(f"WER {plain:.2%} (lowercase, no punctuation); {spelled:.2%} (Whisper's English "
+              f"text normalizer)")
         if bare_texts:
             bare = jiwer.wer(refs, [plain_words(bare_texts.get(j.path, "")) for j in done])
             same = sum(plain_words(bare_texts.get(j.path, "")) == plain_words(j.text)

@@ -3,11 +3,12 @@
 ``python -m ops.bench_throughput [--jobs 200] [--model base] [--engine-chunks 24]
 [--workers 1,2] [--timeout 240] [--skip-e2e]``
 
-1. Engine level (this process, CPU unless CUDA is present): the same real-speech
-   chunks (eval clips cut by Silero VAD) decoded one at a time
-   (``WhisperEngine.transcribe``) and in batches (``transcribe_batch``); wall and
-   process CPU seconds, audio-hours per hour, and how many chunks gave the same
-   words.
+1. Engine level (this process, on the CPU): the same real-speech chunks (eval
+   clips cut by Silero VAD) through several layouts: one decoder of 2 threads taking
+   one chunk at a time (``WhisperEngine.transcribe``) or batches
+   (``transcribe_batch``), and two 1-thread decoders (CTranslate2 workers) side by
+   side, one chunk or one batch each; wall and process CPU seconds, audio-hours per
+   hour, and how many chunks gave the same words as the first layout.
 2. End to end: for each worker count, a fresh embedded stack (``a5s up
    --workers N``: the service plus N-1 extra workers that reach its ClickHouse
    through the loopback proxy) gets a backlog of ``--jobs`` jobs at once. The
@@ -84,34 +85,43 @@ def speech_chunks(n: int) -> list[tuple[Any, float]]:
     return out[:n]
 
 
-def engine_section(model: str, n: int, batch_sizes: list[int], device: str) -> None:
+LAYOUTS = ((1, 2, 1), (1, 2, 4), (1, 2, 8), (2, 1, 1), (2, 1, 4))
+"""(workers, threads per decode, batch size) compared at engine level; the first is
+one chunk at a time on one 2-thread decoder, the layout before parallel workers."""
+
+
+def engine_section(model: str, n: int, layouts: list[tuple[int, int, int]], device: str) -> None:
+    """The same chunks through each layout: ``workers`` threads each take the next batch."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pipeline.asr import WhisperEngine, WhisperOptions
     from pipeline.models import resolve_whisper
     chunks = speech_chunks(n)
     audio_s = sum(a.size for a, _ in chunks) / 16000
-    engine = WhisperEngine(resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models"),
-                           WhisperOptions(device=device))
-    engine.transcribe_batch(chunks[:2])  # warm-up
-    print(f"\n== engine level: whisper {model} on {engine.device}, {len(chunks)} chunks, "
+    path = resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models")
+    print(f"\n== engine level: whisper {model} on {device}, {len(chunks)} chunks, "
           f"{audio_s:.1f} s of real speech ==")
-    started, cpu = time.perf_counter(), _cpu()
-    single = [engine.transcribe(a, o) for a, o in chunks]
-    wall, cpu_s = time.perf_counter() - started, _cpu() - cpu
-    print(f"one at a time : wall {wall:6.1f} s  cpu {cpu_s:6.1f} s  "
-          f"{audio_s / wall:5.2f} audio-h/h (wall)  {audio_s / cpu_s:5.2f} audio-s per cpu-s"
-          f"  load {_load()}")
-    for size in batch_sizes:
-        engine.batch_fallbacks = 0
+    reference: list[Any] | None = None
+    for workers, threads, size in layouts:
+        engine = WhisperEngine(path, WhisperOptions(device=device, cpu_threads=threads,
+                                                    workers=workers))
+        engine.transcribe_batch(chunks[:2])  # warm-up
+
+        def decode(k: int, engine: Any = engine, size: int = size) -> list[Any]:
+            part = chunks[k:k + size]
+            return engine.transcribe_batch(part) if size > 1 else \
+                [engine.transcribe(*part[0])]
+
         started, cpu = time.perf_counter(), _cpu()
-        batched: list[Any] = []
-        for k in range(0, len(chunks), size):
-            batched += engine.transcribe_batch(chunks[k:k + size])
-        wall_b, cpu_b = time.perf_counter() - started, _cpu() - cpu
-        same = sum([w.text for w in b] == [w.text for w in s] for b, s in zip(batched, single))
-        print(f"batch of {size:<4} : wall {wall_b:6.1f} s  cpu {cpu_b:6.1f} s  "
-              f"{audio_s / wall_b:5.2f} audio-h/h (wall)  {audio_s / cpu_b:5.2f} audio-s per "
-              f"cpu-s  same words {same}/{len(chunks)}  fallbacks {engine.batch_fallbacks}  "
-              f"load {_load()}")
+        with ThreadPoolExecutor(workers) as pool:
+            results = [w for part in pool.map(decode, range(0, len(chunks), size)) for w in part]
+        wall, cpu_s = time.perf_counter() - started, _cpu() - cpu
+        reference = reference or results
+        same = sum([w.text for w in r] == [w.text for w in s]
+                   for r, s in zip(results, reference))
+        print(f"{workers} worker(s) x {threads} thread(s), batch {size:<2}: wall {wall:6.1f} s  "
+              f"cpu {cpu_s:6.1f} s  {audio_s / wall:5.2f} audio-h/h  same words as the first "
+              f"{same}/{len(chunks)}  fallbacks {engine.batch_fallbacks}  load {_load()}")
 
 
 # --- 2. end to end ------------------------------------------------------------------------------
@@ -248,9 +258,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--jobs", type=int, default=200)
     parser.add_argument("--model", default="base")
     parser.add_argument("--engine-chunks", type=int, default=24)
-    parser.add_argument("--batch-sizes", default="4,8")
+    parser.add_argument("--layouts", default=",".join("x".join(map(str, lay)) for lay in LAYOUTS),
+                        help="engine-level layouts: WORKERSxTHREADSxBATCH, comma-separated")
     parser.add_argument("--workers", default="1,2")
-    parser.add_argument("--batch-size", type=int, default=8,
+    parser.add_argument("--batch-size", type=int, default=0,
                         help="A5S_MODELS__BATCH_SIZE of the end-to-end stacks (0: by device)")
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--skip-e2e", action="store_true")
@@ -260,7 +271,8 @@ def main(argv: list[str] | None = None) -> None:
     print(f"a5s throughput bench: {os.cpu_count()} cores, load {_load()}")
     if not args.skip_engine:
         engine_section(args.model, args.engine_chunks,
-                       [int(s) for s in args.batch_sizes.split(",")], "cpu")
+                       [tuple(int(x) for x in lay.split("x")) for lay in  # type: ignore[misc]
+                        args.layouts.split(",")], "cpu")
     if not args.skip_e2e:
         jobs = backlog(args.jobs)
         print(f"\n== end to end: {len(jobs)} jobs, {sum(j['duration'] for j in jobs):.0f} s of "

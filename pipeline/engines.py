@@ -1,7 +1,9 @@
 """The models one worker holds, loaded once, and the CPU work the batch stages ask of them.
 
-Model work runs on the named ``models`` thread pool, never on the event loop, so
-Kafka heartbeats and the gateway stay responsive while a file is transcribed.
+Model work runs on thread pools, never on the event loop, so Kafka heartbeats and
+the gateway stay responsive while a file is transcribed: chunk decodes on the
+``asr`` pool (one thread per model replica, so decodes of several jobs run at
+once), everything else (audio decoding, VAD, diarization) on the ``models`` thread.
 """
 
 from __future__ import annotations
@@ -10,22 +12,48 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
 from schemas.records import TranscriptResult
-from schemas.settings import Settings
+from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines"]
+__all__ = ["Engines", "AsrLayout"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class AsrLayout:
+    """How batch ASR uses the machine: the model settings with their 0s chosen by device."""
+
+    device: str
+    workers: int
+    """Decodes at once, each on a model replica of its own."""
+    threads: int
+    """Threads per decode (CPU)."""
+    batch_size: int
+    """Chunks per decode call."""
+
+    @classmethod
+    def of(cls, m: ModelSettings, cores: int | None = None) -> "AsrLayout":
+        from .asr.base import resolve_device
+        device = resolve_device(m.device)
+        cores = cores or len(os.sched_getaffinity(0))
+        if device == "cuda":
+            workers = m.asr_workers or 1
+            return cls(device, workers, m.cpu_threads or 1, m.batch_size or 16)
+        workers = m.asr_workers or max(1, min(4, cores))
+        return cls(device, workers, m.cpu_threads or max(1, cores // workers),
+                   m.batch_size or 1)
 
 
 class Engines:
@@ -35,19 +63,22 @@ class Engines:
         """``registry``: the process's Prometheus registry, for the ASR batch-size histogram."""
         from .asr.batching import BatchingTranscriber, BatchOptions
         self.settings = settings
+        self.layout = layout = AsrLayout.of(settings.models)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="models")
+        self.asr_pool = ThreadPoolExecutor(layout.workers, thread_name_prefix="asr")
         self._lock = threading.Lock()
         self._asr: Any = None
         self._diarizer: Any = None
         self._vad: Any = None
-        from .asr.base import resolve_device
-        m = settings.models
-        self.batch_size = m.batch_size or (16 if resolve_device(m.device) == "cuda" else 1)
-        """Chunks per ASR call: the setting, or by device when it is 0."""
         self.batcher = BatchingTranscriber(
-            lambda: self.asr, self.run,
-            BatchOptions(max_batch=self.batch_size, max_wait_ms=m.batch_max_wait_ms),
+            lambda: self.asr, self._run_asr,
+            BatchOptions(max_batch=layout.batch_size, parallel=layout.workers,
+                         max_wait_ms=settings.models.batch_max_wait_ms),
             registry=registry)
+
+    @property
+    def batch_size(self) -> int:
+        return self.layout.batch_size
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """Run ``fn(*args)`` on the models thread; a coroutine function is awaited instead.
@@ -60,8 +91,12 @@ class Engines:
             return await fn(*args)
         return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
 
+    async def _run_asr(self, fn: Callable[..., Any], *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, fn, *args)
+
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)
+        self.asr_pool.shutdown(wait=False, cancel_futures=True)
 
     # --- models -------------------------------------------------------------------------------
 
@@ -71,21 +106,32 @@ class Engines:
             if self._asr is None:
                 from .asr.whisper import WhisperEngine, WhisperOptions
                 from .models import resolve_whisper
-                m = self.settings.models
+                m, layout = self.settings.models, self.layout
                 path = resolve_whisper(m.whisper, self.settings.data_path / "models")
                 self._asr = WhisperEngine(path, WhisperOptions(
-                    device=m.device, device_index=m.device_index,
+                    device=layout.device, device_index=m.device_index,
                     compute_type=None if m.compute_type == "auto" else m.compute_type,
-                    beam_size=m.beam_size, cpu_threads=m.cpu_threads))
-                log.info("models: whisper %s loaded from %s on %s (batches of up to %d)",
-                         m.whisper, path, self._asr.device, self.batch_size)
+                    beam_size=m.beam_size, cpu_threads=layout.threads,
+                    workers=layout.workers))
+                log.info("models: whisper %s loaded from %s on %s (%d decodes at once, "
+                         "%d thread(s) each, batches of up to %d)", m.whisper, path,
+                         self._asr.device, layout.workers, layout.threads, layout.batch_size)
             return self._asr
 
     @property
     def diarizer(self) -> Any:
         with self._lock:
             if self._diarizer is None:
+                import torch
+
                 from .diarization import Diarizer, SpeakerEmbedder
+
+                # The models thread gets what the ASR workers leave (at least one core);
+                # torch's default, every core, would fight them for the CPU under load.
+                layout = self.layout
+                spare = len(os.sched_getaffinity(0)) - (
+                    layout.workers * layout.threads if layout.device == "cpu" else 0)
+                torch.set_num_threads(max(1, spare))
                 self._diarizer = Diarizer(SpeakerEmbedder())
                 log.info("models: speaker embeddings loaded")
             return self._diarizer
@@ -116,14 +162,12 @@ class Engines:
     async def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
         """Recognise a job's chunks, batched with the chunks of the other jobs in flight.
 
-        At most ``batch_size`` of the job's chunks are read and waiting at once, so
-        a long file never holds all its audio in memory. With ``batch_size`` 1 the
-        chunks are decoded one at a time on the models thread, as before batching.
+        At most a batch per ASR worker of the job's chunks are read and waiting at
+        once, so a long file never holds all its audio in memory, yet fills every
+        worker when it is the only job.
         """
         from .audio import read_pcm
-        if self.batch_size <= 1:
-            return await self.run(self.transcribe_sequential, pcm, chunks)
-        window = asyncio.Semaphore(self.batch_size)
+        window = asyncio.Semaphore(self.layout.batch_size * self.layout.workers)
 
         async def one(chunk: Region) -> list[TimedWord]:
             async with window:
@@ -133,14 +177,6 @@ class Engines:
         words: list[TimedWord] = []
         for part in await asyncio.gather(*(one(c) for c in chunks)):
             words.extend(part)
-        return words
-
-    def transcribe_sequential(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
-        """One chunk after another on the calling thread (the models thread)."""
-        from .audio import read_pcm
-        words: list[TimedWord] = []
-        for chunk in chunks:
-            words.extend(self.asr.transcribe(read_pcm(pcm, chunk), chunk.start))
         return words
 
     def diarize(self, pcm: Path, speech: list[Region],

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import socket
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -372,13 +373,20 @@ class _ResponseStream(httpx.AsyncByteStream):
             await close()
 
 
+@functools.cache
+def _ssl_context(verify: bool) -> ssl.SSLContext:
+    """One context per setting for the process: building one reads the whole CA bundle
+    (about 20 ms of CPU), once per download without this."""
+    return httpx.create_ssl_context(verify=verify, trust_env=False)
+
+
 class _PinnedTransport(httpx.AsyncBaseTransport):
     """An httpx transport over an httpcore pool whose connections are vetted and pinned."""
 
     def __init__(self, policy: AddressPolicy, resolver: Resolver | None,
                  verify: ssl.SSLContext | bool = True) -> None:
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=httpx.create_ssl_context(verify=verify, trust_env=False),
+            ssl_context=verify if isinstance(verify, ssl.SSLContext) else _ssl_context(verify),
             network_backend=_GuardedBackend(policy, resolver),
             max_connections=4, http1=True, http2=False)
 

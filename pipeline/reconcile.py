@@ -11,12 +11,14 @@ not processing, not recently finished) and publishes their ``submitted`` again. 
 accounts agent treats a repeated submission as a no-op, so a merely slow record is
 harmless.
 
-Once per process start, when its tables are recovered, the worker also re-dispatches
-every job its ledger holds as ``processing``. The embedded broker (noida-db) was seen to
-lose the last records it had acknowledged when it is killed, which would leave such a job
-waiting for a record that no longer exists; every stage reuses the outputs already stored
-under ``jobs/<id>/`` and the ledger never counts twice, so a job whose records did survive
-is only carried to its end a second time, with the same result.
+At process start, and again after every rebalance that changes its partitions, once its
+tables are recovered, the worker also re-dispatches every job its ledger holds as
+``processing``. Two record losses leave such a job waiting for a record that no longer
+exists: the embedded broker (noida-db) was seen to lose the last records it had
+acknowledged when it is killed, and a running Faust worker can drop records it fetched
+while a rebalance was under way (a member of the group left mid-load). Every stage reuses
+the outputs already stored under ``jobs/<id>/`` and the ledger never counts twice, so a job
+whose records did survive is only carried to its end a second time, with the same result.
 """
 
 from __future__ import annotations
@@ -75,15 +77,17 @@ class Reconciler:
         self.transcripts = Transcripts(ctx.ch)
         self.topic = ctx.settings.topic_prefix + ACCOUNT_EVENTS.name
         self.partitions = ctx.settings.partitions
-        self.started = False
+        self.assignment: frozenset[Any] | None = None
+        """The partitions this worker held when it last re-dispatched its processing jobs."""
 
     async def tick(self) -> None:
         if not self._ready():
             return
         try:
-            if not self.started:
+            assignment = frozenset(self.app.consumer.assignment())
+            if assignment != self.assignment:
                 await self.resume_processing()
-                self.started = True
+                self.assignment = assignment
             await self.once(datetime.now(UTC))
         except asyncio.CancelledError:
             raise
@@ -116,8 +120,8 @@ class Reconciler:
                     account_id=account_id, transcript_id=tid, started_at=run.started_at))
                 resumed.append(tid)
         if resumed:
-            log.info("reconcile: resuming %d processing job(s) after start: %s", len(resumed),
-                     ", ".join(resumed))
+            log.info("reconcile: resuming %d processing job(s) after start or rebalance: %s",
+                     len(resumed), ", ".join(resumed))
         return resumed
 
     def _state(self, account_id: str) -> AccountState | None:

@@ -1,12 +1,13 @@
 """Dynamic batching of chunk decodes across the jobs one worker has in flight.
 
 Every chunk of every job in the transcribe stage becomes a request here. One
-loop gathers the pending requests and decodes a batch in one engine call on the
-models thread (``transcribe_batch``: one encoder pass, one beam search, one
+loop gathers the pending requests and decodes a batch in one engine call on an
+ASR thread (``transcribe_batch``: one encoder pass, one beam search, one
 alignment for the whole batch). A batch leaves when ``max_batch`` requests are
 waiting, or when the oldest has waited ``max_wait_ms`` (the latency budget: a
-lone job waits at most that long for company). While a batch runs, new requests
-queue, so under load batches fill without waiting at all.
+lone job waits at most that long for company). Up to ``parallel`` batches run at
+once (one per model replica); while they all run, new requests queue, so under
+load batches fill without waiting at all.
 
 When more requests wait than fit, the batch is the oldest request and those
 closest to it in duration (beam search runs as long as the longest item, so
@@ -47,6 +48,8 @@ class BatchOptions(BaseModel):
     """Chunks decoded in one call, at most."""
     max_wait_ms: float = Field(20.0, ge=0)
     """The longest a request waits for others before its batch leaves, ms."""
+    parallel: int = Field(1, ge=1)
+    """Batches decoded at once (the engine's workers)."""
     summary_interval_s: float = Field(60.0, gt=0)
     """How often the batch-size summary is logged, s."""
 
@@ -117,7 +120,7 @@ class BatchingTranscriber:
         engine: returns the loaded engine (called on the models thread, so a slow
             first load never blocks the event loop). An engine without
             ``transcribe_batch`` is called chunk by chunk.
-        run: runs a function on the models thread.
+        run: runs a function on an ASR thread (one of ``opts.parallel``).
         opts: batching options.
         registry: a Prometheus registry for the batch-size histogram, if any.
     """
@@ -131,6 +134,7 @@ class BatchingTranscriber:
         self._pending: list[_Request] = []
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._running: set[asyncio.Task[None]] = set()
         self._summarised = time.monotonic()
         self._logged_items = 0
         self._histogram = None
@@ -162,10 +166,12 @@ class BatchingTranscriber:
         return list(await asyncio.gather(*(self.transcribe(a, o) for a, o in items)))
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        tasks = [t for t in (self._task, *self._running) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._running.clear()
         for request in self._pending:
             request.future.cancel()
         self._pending.clear()
@@ -182,6 +188,10 @@ class BatchingTranscriber:
         assert self._wake is not None
         while True:
             self._pending = [r for r in self._pending if not r.future.done()]
+            if len(self._running) >= self.opts.parallel:
+                # Every replica is busy: requests gather meanwhile, so the next batch is full.
+                await asyncio.wait(self._running, return_when=asyncio.FIRST_COMPLETED)
+                continue
             if not self._pending:
                 self._wake.clear()
                 await self._wake.wait()
@@ -198,7 +208,9 @@ class BatchingTranscriber:
             batch = [self._pending[i] for i in picked]
             chosen = set(picked)
             self._pending = [r for i, r in enumerate(self._pending) if i not in chosen]
-            await self._decode(batch)
+            task = asyncio.get_running_loop().create_task(self._decode(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
 
     async def _decode(self, batch: list[_Request]) -> None:
         now = time.monotonic()

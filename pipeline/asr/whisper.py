@@ -42,6 +42,8 @@ class WhisperOptions(BaseModel):
     """CTranslate2 compute type; ``None``: ``int8`` on CPU, ``float16`` on CUDA."""
     cpu_threads: int = Field(2, ge=0)
     """Threads per decode on CPU (0: CTranslate2's default)."""
+    workers: int = Field(1, ge=1)
+    """Decodes that may run at once, from as many Python threads (CTranslate2 replicas)."""
     beam_size: int = Field(5, ge=1)
     """Beam width; 1 is greedy (faster, a little less accurate)."""
     language: str = "en"
@@ -71,7 +73,7 @@ class WhisperOptions(BaseModel):
 
 
 class WhisperEngine:
-    """Whisper model, loaded once; :meth:`transcribe` is called from one worker thread."""
+    """Whisper model, loaded once; :meth:`transcribe` may be called from ``opts.workers`` threads."""
 
     def __init__(self, model_dir: str | Path, opts: WhisperOptions | None = None, *,
                  name: str | None = None) -> None:
@@ -94,7 +96,8 @@ class WhisperEngine:
         with map_engine_errors("ctranslate2"):
             self._model = WhisperModel(str(model_dir), device=device,
                                        device_index=opts.device_index, compute_type=compute_type,
-                                       cpu_threads=opts.cpu_threads, local_files_only=True)
+                                       cpu_threads=opts.cpu_threads, num_workers=opts.workers,
+                                       local_files_only=True)
         self._silence_peak = 10 ** (opts.silence_peak_dbfs / 20)
 
     def transcribe(self, audio: np.ndarray, offset: float) -> list[TimedWord]:

@@ -74,6 +74,10 @@ class Diarizer:
         pieces = _pieces(speech, len(audio) / SAMPLE_RATE)
         if not pieces:
             return []
+        if sum(p.duration for p in pieces) < 2 * self._opts.min_speaker:
+            # A speaker needs min_speaker seconds of speech: this little is one voice, and
+            # short prompts (most of a call-centre backlog) skip the embedding model.
+            return [SpeakerTurn(0, p.start, p.end) for p in pieces]
         windows, emb = self._embed(audio, pieces)
         if not windows:
             # All speech is shorter than min_window: one speaker is all that can be said.

@@ -64,8 +64,10 @@ class RecognizerOptions(BaseModel):
     decode: DecodeOptions = Field(DecodeOptions(), description="Final (and speculative final) decodes.")
     partial_decode: DecodeOptions = Field(DecodeOptions(min_frames=500), description=(
         "Partial decodes: a smaller encoder window, since partials are replaced anyway."))
-    first_partial_ms: int = Field(300, ge=0, description=(
-        "Audio after the VAD's speech decision before the first partial decode, ms."))
+    first_partial_ms: int = Field(200, ge=0, description=(
+        "Audio after the VAD's speech decision before the first partial decode, ms "
+        "(5 sessions on 2 cores, engine level: 300 ms gave a first-partial p95 of 0.76 s, "
+        "200 ms 0.60 s, with the same words)."))
     partial_interval_ms: int = Field(700, ge=100, description=(
         "Least new audio between two partial decodes of one session, ms; the engine "
         "stretches this when decodes fall behind."))

@@ -28,7 +28,7 @@ import httpx
 import jiwer
 import pytest
 
-from ops.bench_asr import plain_words, spoken_numbers
+from ops.bench_asr import normalized, plain_words
 from tests.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
@@ -70,12 +70,12 @@ NO_SPEECH = ("silence_digital_10s.wav", "silence_noise_floor_-60dBFS_10s.wav",
 # --- helpers ----------------------------------------------------------------------------------
 
 def wer(reference: str, hypothesis: str) -> float:
-    ref = spoken_numbers(reference)
-    return jiwer.wer(ref, spoken_numbers(hypothesis) or "<empty>") if ref else 0.0
+    ref = normalized(reference)
+    return jiwer.wer(ref, normalized(hypothesis) or "<empty>") if ref else 0.0
 
 
 def word_errors(reference: str, hypothesis: str) -> int:
-    out = jiwer.process_words(spoken_numbers(reference), spoken_numbers(hypothesis) or "<empty>")
+    out = jiwer.process_words(normalized(reference), normalized(hypothesis) or "<empty>")
     return out.substitutions + out.deletions + out.insertions
 
 
@@ -183,8 +183,8 @@ def test_real_speech_is_transcribed_with_the_right_words(stack: Stack,
             plain = jiwer.wer(plain_words(ref), plain_words(body["text"]) or "<empty>")
             print(f"wer {score:6.1%} (plain {plain:6.1%})  {path}\n"
                   f"      ref: {plain_words(ref)}\n      hyp: {body['text']}")
-            refs.append(spoken_numbers(ref))
-            hyps.append(spoken_numbers(body["text"]))
+            refs.append(normalized(ref))
+            hyps.append(normalized(body["text"]))
             if score > CLEAN_MAX_WER and word_errors(ref, body["text"]) > CLEAN_MAX_ERRORS:
                 errors.append(f"{path}: WER {score:.1%}")
         overall = jiwer.wer(refs, hyps)

@@ -20,7 +20,7 @@ from pipeline.asr import TransducerEngine, TransducerOptions, WhisperEngine
 from pipeline.asr.base import cuda_device_count
 from pipeline.asr.batching import BatchingTranscriber, BatchOptions, choose_batch
 from pipeline.audio import decode_to_pcm, read_pcm
-from pipeline.engines import Engines
+from pipeline.engines import AsrLayout, Engines
 from pipeline.types import SAMPLE_RATE, Region, TimedWord
 from pipeline.vad import SileroVad, VadOptions, plan_chunks, speech_regions
 from schemas.settings import ModelSettings, Settings
@@ -135,6 +135,22 @@ async def test_batches_are_bucketed_by_duration(pool: ThreadPoolExecutor) -> Non
     await b.close()
 
 
+async def test_parallel_batches_run_at_once_and_fill_while_workers_are_busy() -> None:
+    engine = RecordingEngine(delay_s=0.3)
+    with ThreadPoolExecutor(2) as two:
+        b = batcher(engine, two, max_batch=2, max_wait_ms=0, parallel=2)
+        first = []
+        for k in (0, 1):  # two single-chunk batches, one after the other, hold both workers
+            first.append(asyncio.ensure_future(b.transcribe(seconds(1), float(k))))
+            await asyncio.sleep(0.05)
+        rest = b.transcribe_many([(seconds(1), float(k)) for k in range(2, 6)])
+        await asyncio.gather(*first, rest)
+        await b.close()
+    assert engine.calls[:2] == [[0.0], [1.0]]
+    assert abs(engine.called_at[1] - engine.called_at[0]) < 0.2  # side by side, not in turn
+    assert sorted(map(sorted, engine.calls[2:])) == [[2.0, 3.0], [4.0, 5.0]]  # filled meanwhile
+
+
 async def test_a_failing_chunk_fails_only_its_own_job(pool: ThreadPoolExecutor) -> None:
     engine = RecordingEngine(fail_offset=2.0)
     b = batcher(engine, pool, max_batch=4, max_wait_ms=20)
@@ -214,8 +230,10 @@ async def test_engines_batch_jobs_like_one_at_a_time(tmp_path: Path, model_cache
             jobs.append((pcm, [Region(0.0, 5.0), Region(5.0, 7.0)]))
         together = await asyncio.gather(*(engines.run(engines.transcribe, pcm, chunks)
                                           for pcm, chunks in jobs))
-        alone = [await engines.run(engines.transcribe_sequential, pcm, chunks)
-                 for pcm, chunks in jobs]
+        def one_at_a_time(pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+            return [w for c in chunks for w in engines.asr.transcribe(read_pcm(pcm, c), c.start)]
+
+        alone = [await engines.run(one_at_a_time, pcm, chunks) for pcm, chunks in jobs]
         assert [[w.text for w in ws] for ws in together] == [[w.text for w in ws] for ws in alone]
         assert engines.batcher.stats.mean_size > 1
     finally:
@@ -223,13 +241,30 @@ async def test_engines_batch_jobs_like_one_at_a_time(tmp_path: Path, model_cache
         engines.close()
 
 
-def test_default_batch_size_follows_the_device(tmp_path: Path) -> None:
-    engines = Engines(Settings(data_dir=tmp_path))  # type: ignore[call-arg]
+def test_default_layout_follows_the_device_and_the_cores() -> None:
+    cpu = ModelSettings(device="cpu")
+    assert AsrLayout.of(cpu, cores=2) == AsrLayout("cpu", workers=2, threads=1, batch_size=1)
+    assert AsrLayout.of(cpu, cores=16) == AsrLayout("cpu", workers=4, threads=4, batch_size=1)
+    forced = ModelSettings(device="cpu", asr_workers=1, cpu_threads=2, batch_size=8)
+    assert AsrLayout.of(forced, cores=2) == AsrLayout("cpu", workers=1, threads=2, batch_size=8)
+    if cuda_device_count():
+        assert AsrLayout.of(ModelSettings(device="auto")).batch_size == 16
+
+
+async def test_engines_decode_two_jobs_on_two_replicas(tmp_path: Path, model_cache: Path) -> None:
+    """Two workers: the model is loaded once with two CTranslate2 replicas, and both run."""
+    settings = Settings(data_dir=tmp_path, models=ModelSettings(  # type: ignore[call-arg]
+        whisper="tiny.en", device="cpu", asr_workers=2, cpu_threads=1, batch_size=1))
+    engines = Engines(settings)
     try:
-        assert engines.batch_size == (16 if cuda_device_count() else 1)
-        forced = Engines(Settings(data_dir=tmp_path,  # type: ignore[call-arg]
-                                  models=ModelSettings(device="cpu", batch_size=8)))
-        assert forced.batch_size == 8
-        forced.close()
+        assert engines.asr._model.model.num_workers == 2
+        pcm = tmp_path / "jfk.pcm"
+        with pcm.open("wb") as out:
+            decode_to_pcm(JFK, out)
+        chunks = [Region(0.0, 5.5), Region(5.5, 11.0)]
+        words = await engines.run(engines.transcribe, pcm, chunks)
+        assert "country" in " ".join(w.text for w in words).lower()
+        assert engines.batcher.stats.sizes == {1: 2}
     finally:
+        await engines.batcher.close()
         engines.close()

@@ -31,3 +31,47 @@ def test_partition_matches_the_producers_partitioner() -> None:
     from aiokafka.partitioner import DefaultPartitioner
     key = b"acct_01m7yybb037w7rs57s2t614r1z"
     assert partition_of(key.decode(), 4) == DefaultPartitioner()(key, [0, 1, 2, 3], [0, 1, 2, 3])
+
+
+async def test_processing_jobs_are_dispatched_again_after_each_change_of_partitions() -> None:
+    """A rebalance can drop records a running worker had fetched: its processing jobs
+    are re-dispatched once per new assignment (and never while a rebalance is under way)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from pipeline.reconcile import Reconciler
+    from schemas.records import Dispatch
+    from topologies.topics import DISPATCH
+
+    recovered = asyncio.Event()
+    recovered.set()
+    assignment = {("a5s-account-events", 0)}
+    app = SimpleNamespace(rebalancing=False, in_recovery=False,
+                          tables=SimpleNamespace(recovery=SimpleNamespace(completed=recovered)),
+                          consumer=SimpleNamespace(assignment=lambda: set(assignment)))
+    state = AccountState(processing={"tr_p": Running(started_at=NOW)})
+    table = {"acct_a": state.model_dump_json().encode()}
+    sent: list[tuple[str, str, Dispatch]] = []
+
+    async def publish(spec: object, key: str, value: Dispatch) -> None:
+        sent.append((getattr(spec, "name", ""), key, value))
+
+    async def no_lost_rows(now: datetime) -> list[str]:
+        return []
+
+    ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-", partitions=4))
+    reconciler = Reconciler(app, ctx, table, publish)  # type: ignore[arg-type]
+    reconciler.once = no_lost_rows  # type: ignore[method-assign]
+
+    await reconciler.tick()  # process start
+    await reconciler.tick()  # nothing changed
+    assert [(name, key) for name, key, _ in sent] == [(DISPATCH.name, "tr_p")]
+    assert sent[0][2].account_id == "acct_a" and sent[0][2].started_at == NOW
+    app.rebalancing = True
+    assignment.add(("a5s-account-events", 1))
+    await reconciler.tick()  # mid-rebalance: the state is incomplete, wait
+    assert len(sent) == 1
+    app.rebalancing = False
+    await reconciler.tick()  # the new assignment: dispatched again, once
+    await reconciler.tick()
+    assert [key for _, key, _ in sent] == ["tr_p", "tr_p"]
