@@ -73,7 +73,7 @@ class WhisperOptions(BaseModel):
 
 
 class WhisperEngine:
-    """Whisper model, loaded once; :meth:`transcribe` may be called from ``opts.workers`` threads."""
+    """Whisper model, loaded once; :meth:`transcribe` may run on ``opts.workers`` threads."""
 
     def __init__(self, model_dir: str | Path, opts: WhisperOptions | None = None, *,
                  name: str | None = None) -> None:
