@@ -133,6 +133,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compute-type", default=None)
+    parser.add_argument("--full-window", action="store_true",
+                        help="pad every chunk to Whisper's 30 s window (faster-whisper's way) "
+                             "instead of fitting the encoder window to the chunk")
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
     args = parser.parse_args(argv)
 
@@ -141,10 +144,11 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     engine = WhisperEngine(resolve_whisper(args.model, args.cache_dir), WhisperOptions(
         beam_size=args.beam, cpu_threads=args.threads, device=args.device,
-        compute_type=args.compute_type))
+        compute_type=args.compute_type, **({"window_pad_frames": None} if args.full_window else {})))
     vad, opts = SileroVad(), VadOptions()
     print(f"model {engine.name} ({args.model}) loaded in {time.perf_counter() - t0:.1f} s; "
-          f"beam {args.beam}, {args.threads} threads, {args.device}; {len(items)} items")
+          f"beam {args.beam}, {args.threads} threads, {args.device}, "
+          f"{'30 s' if args.full_window else 'fitted'} encoder windows; {len(items)} items")
 
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as scratch:

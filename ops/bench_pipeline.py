@@ -8,9 +8,9 @@ loopback, submits its real-speech items with a quoted reference (every item of
 pocketsphinx, whisper, speechbrain, deepspeech and asterisk_8k, plus an even
 sample of ``--asterisk16`` asterisk_16k prompts) all at once, spread over
 ``--accounts`` accounts (each runs five jobs at a time), and waits for them.
-Then, with the stack stopped, it times the bare model (``ops.bench_asr``'s path:
-decode, Silero VAD, chunk plan, Whisper; no diarization) on the same files in
-this process.
+Then, with the stack stopped, it times the bare models (what the stages run:
+decode, Silero VAD, chunk plan, Whisper, speaker embeddings; see ``run_bare``)
+on the same files in this process, laid out as the service lays them out.
 
 Printed: per-file WER, pooled WER (lowercase, punctuation removed on both sides;
 also after Whisper's English text normalizer), the end-to-end real-time factor
@@ -160,34 +160,63 @@ def run_probes(base_url: str, key: str, audio_url: Any) -> dict[str, float]:
     return out
 
 
-def run_bare(eval_dir: Path, paths: list[str], model: str
-             ) -> tuple[float, dict[str, str], dict[str, float]]:
-    """The bare model on the same files, in this process (model load not timed).
+def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
+             ) -> tuple[float, dict[str, str], dict[str, float], str]:
+    """The service's models on the same files, in this process, with nothing around them.
+
+    Each file goes through what the stages run (``pipeline.engines.Engines``:
+    decode, Silero VAD and the chunk plan, Whisper on each chunk, speaker
+    embeddings and the assembled result), with the model laid out as the service
+    lays it out on this machine (on 2 CPU cores, two 1-thread Whisper replicas)
+    and as many files at once as there are replicas. What the service takes
+    beyond this is its own overhead: HTTP, Kafka, ClickHouse, Redis, the object
+    store and the waits between stages. Then each of ``alone`` is timed on its
+    own, as the service's probes were. Model loading is not timed.
 
     Returns:
-        Total seconds, the text of each file, and the seconds of each file.
+        Wall seconds over ``paths``, the text of each file, the seconds of each
+        file (those of ``alone`` timed alone), and the layout used.
     """
-    from pipeline.asr import WhisperEngine, WhisperOptions
-    from pipeline.models import resolve_whisper
-    from pipeline.vad import SileroVad, VadOptions
+    from concurrent.futures import ThreadPoolExecutor
 
-    from .bench_asr import run_item
-    engine = WhisperEngine(resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models"),
-                           WhisperOptions())
-    vad, opts = SileroVad(), VadOptions()
+    from pipeline.audio import read_pcm
+    from pipeline.engines import Engines
+    from schemas.settings import ModelSettings, Settings
+
+    settings = Settings(data_dir=Path(tempfile.gettempdir()) / "a5s-bench-models",  # type: ignore[call-arg]
+                        models=ModelSettings(whisper=model, device="cpu"))
+    engines = Engines(settings)
+    engines.warm()
+    layout = engines.layout
     texts: dict[str, str] = {}
     seconds: dict[str, float] = {}
-    with tempfile.TemporaryDirectory() as scratch:
-        run_item(eval_dir / paths[0], engine, vad, opts, Path(scratch))  # warm-up
-        for path in paths:
+
+    def one(path: str) -> None:
+        with tempfile.TemporaryDirectory() as scratch:
             started = time.perf_counter()
-            texts[path] = run_item(eval_dir / path, engine, vad, opts, Path(scratch))
+            pcm = Path(scratch) / "audio.pcm"
+            with pcm.open("wb") as out:
+                engines.decode(eval_dir / path, out, 36000.0)
+            speech, chunks = engines.speech(pcm)
+            words = [w for c in chunks for w in engines.asr.transcribe(read_pcm(pcm, c), c.start)]
+            texts[path] = engines.diarize(pcm, speech, words).text
             seconds[path] = time.perf_counter() - started
-    return sum(seconds.values()), texts, seconds
+
+    try:
+        one(paths[0])  # warm-up
+        with ThreadPoolExecutor(layout.workers) as pool:
+            started = time.perf_counter()
+            list(pool.map(one, paths))
+            wall = time.perf_counter() - started
+        for path in alone:
+            one(path)
+    finally:
+        engines.close()
+    return wall, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)"
 
 
 def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
-           quiet: bool) -> None:
+           bare_layout: str, quiet: bool) -> None:
     done = [j for j in jobs if j.status == "completed"]
     failed = [j for j in jobs if j.status == "error"]
     if not quiet:
@@ -234,8 +263,9 @@ def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[
                       f"mean audio {statistics.mean(j.duration for j in rows):5.1f} s, "
                       f"mean processing {statistics.mean(j.processing_s for j in rows):5.1f} s")
     if bare_s:
-        print(f"bare model (decode, VAD, Whisper; one file after another): {bare_s:.1f} s, "
-              f"RTF {bare_s / max(audio, 1e-9):.3f}")
+        print(f"bare models (decode, VAD, Whisper, speaker embeddings; {bare_layout}, one "
+              f"file per replica at a time): {bare_s:.1f} s wall, RTF "
+              f"{bare_s / max(audio, 1e-9):.3f}")
         print(f"service overhead over the bare model: {(wall - bare_s) / bare_s:+.1%} "
               f"(end-to-end wall {wall:.1f} s vs {bare_s:.1f} s)")
 
@@ -293,12 +323,11 @@ def main(argv: list[str] | None = None) -> None:
         if stack is not None:
             stack.stop()
     print(f"load average after the service run {_load()}")
-    bare_s, bare_texts, bare_each = (None, {}, {}) if args.no_bare else run_bare(
-        args.eval, [j.path for j in jobs if j.status == "completed"] + list(PROBES), args.model)
+    bare_s, bare_texts, bare_each, bare_layout = (None, {}, {}, "") if args.no_bare else run_bare(
+        args.eval, [j.path for j in jobs if j.status == "completed"], list(PROBES), args.model)
     if bare_s is not None:
-        bare_s -= sum(bare_each[p] for p in PROBES)
         print(f"load average after the bare run {_load()}")
-    report(jobs, wall, bare_s, bare_texts, args.quiet)
+    report(jobs, wall, bare_s, bare_texts, bare_layout, args.quiet)
     print("\none job at a time on the idle service (submission to completion) vs the bare model:")
     for path, seconds in probes.items():
         bare = f"{bare_each[path]:5.1f} s" if path in bare_each else "    -"

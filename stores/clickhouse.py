@@ -1,8 +1,10 @@
 """ClickHouse through clickhouse-connect: in-process chdb (``chdb://path``) or a server (``http://``).
 
 The driver is blocking, so every call runs on one dedicated thread: chdb wants a
-single owner, and it keeps the event loop free. Schema comes from the versioned
-DDL files in ``ops/ddl`` applied once each, in order.
+single owner, and it keeps the event loop free. Inserts into one table that wait
+for that thread are written together (group commit: one part instead of many,
+and each caller still returns only once its rows are stored). Schema comes from
+the versioned DDL files in ``ops/ddl`` applied once each, in order.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import contextlib
 import json
 import logging
 import re
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -45,6 +48,14 @@ def map_clickhouse_errors() -> Iterator[None]:
         raise InternalError(log=f"clickhouse: {exc}") from exc
 
 
+class _PendingInsert:
+    """Rows for one table and column list, gathered until the ClickHouse thread takes them."""
+
+    def __init__(self, data: list[list[Any]]) -> None:
+        self.data = data
+        self.done: asyncio.Future[Any] | None = None
+
+
 class ClickHouse:
     """Async facade over one clickhouse-connect client; tables are ``{database}.{name}``."""
 
@@ -53,6 +64,10 @@ class ClickHouse:
         self.database = database
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="clickhouse")
         self._client: Any = None
+        self._pending: dict[tuple[int, str, tuple[str, ...]], _PendingInsert] = {}
+        self._pending_lock = threading.Lock()
+        self.inserts = 0
+        """Insert statements run (several callers' rows may share one)."""
 
     @property
     def embedded(self) -> bool:
@@ -115,11 +130,35 @@ class ClickHouse:
         return await self._run(run)
 
     async def insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
+        """Store ``rows`` (dicts with the same keys); returns once they are written.
+
+        Rows for the same table and columns that arrive while earlier work holds the
+        ClickHouse thread join one pending insert, so a busy service writes one part per
+        table per turn of that thread instead of one per row: with chdb, the insert itself
+        (a new part on disk) costs far more than its rows.
+        """
         if not rows:
             return
-        names = list(rows[0])
+        names = tuple(rows[0])
         data = [[row[n] for n in names] for row in rows]
-        await self._run(lambda c: c.insert(self.table(table), data, column_names=names))
+        key = (id(asyncio.get_running_loop()), table, names)  # a future serves one loop
+        with self._pending_lock:
+            pending = self._pending.get(key)
+            if pending is not None:
+                pending.data.extend(data)
+            else:
+                pending = self._pending[key] = _PendingInsert(data)
+        if pending.done is None:  # the first caller sends it; later ones wait for it
+            pending.done = asyncio.ensure_future(self._run(self._insert_pending, key, pending))
+        await asyncio.shield(pending.done)
+
+    def _insert_pending(self, client: Any, key: tuple[int, str, tuple[str, ...]],
+                        pending: _PendingInsert) -> None:
+        with self._pending_lock:  # from here on, new rows start a pending insert of their own
+            if self._pending.get(key) is pending:
+                del self._pending[key]
+        self.inserts += 1
+        client.insert(self.table(key[1]), pending.data, column_names=list(key[2]))
 
     async def ping(self) -> float:
         started = time.perf_counter()

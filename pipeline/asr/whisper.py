@@ -70,6 +70,10 @@ class WhisperOptions(BaseModel):
     """A word or phrase repeated more often than this in a row is kept once."""
     silence_peak_dbfs: float = -70.0
     """Chunks whose loudest sample is below this level (dBFS) are silence: not decoded."""
+    window_pad_frames: int | None = Field(500, ge=0, le=3000)
+    """Encoder window = the chunk plus this many zero frames (10 ms each); ``None``: 30 s."""
+    min_window_frames: int = Field(1000, ge=100, le=3000)
+    """The smallest fitted encoder window, 10 ms frames."""
 
 
 class WhisperEngine:
@@ -106,6 +110,16 @@ class WhisperEngine:
         if audio.size == 0 or float(np.max(np.abs(audio))) < self._silence_peak:
             return []
         o = self.opts
+        if o.window_pad_frames is not None and o.hallucination_silence_threshold_s is None:
+            segments = self._decode_fitted([audio])[0]
+            if segments is not None:
+                return self._words(segments, audio.size / SAMPLE_RATE, offset)
+            self.batch_fallbacks += 1
+        return self._transcribe_full(audio, offset)
+
+    def _transcribe_full(self, audio: np.ndarray, offset: float) -> list[TimedWord]:
+        """faster-whisper's own loop: 30 s windows and the whole temperature ladder."""
+        o = self.opts
         with map_engine_errors("ctranslate2"):
             segments, _ = self._model.transcribe(
                 audio, language=o.language, beam_size=o.beam_size, temperature=list(o.temperatures),
@@ -130,8 +144,6 @@ class WhisperEngine:
         Returns:
             The words of each chunk, in the order of ``items``.
         """
-        from .whisper_batch import BatchDecodeOptions, decode_batch
-
         o = self.opts
         out: list[list[TimedWord]] = [[] for _ in items]
         live: list[tuple[int, np.ndarray, float]] = []
@@ -143,18 +155,26 @@ class WhisperEngine:
             for i, audio, offset in live:  # nothing to batch, or a guard only the loop has
                 out[i] = self.transcribe(audio, offset)
             return out
-        with map_engine_errors("ctranslate2"):
-            decoded = decode_batch(self._model, [a for _, a, _ in live], BatchDecodeOptions(
-                language=o.language, beam_size=o.beam_size,
-                compression_ratio_threshold=o.compression_ratio_threshold,
-                log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold))
+        decoded = self._decode_fitted([a for _, a, _ in live])
         for (i, audio, offset), segments in zip(live, decoded, strict=True):
             if segments is None:
                 self.batch_fallbacks += 1
-                out[i] = self.transcribe(audio, offset)
+                out[i] = self._transcribe_full(audio, offset)
             else:
                 out[i] = self._words(segments, audio.size / SAMPLE_RATE, offset)
         return out
+
+    def _decode_fitted(self, audios: list[np.ndarray]) -> list[list | None]:
+        """One temperature-0 pass over ``audios`` (see :mod:`pipeline.asr.whisper_batch`)."""
+        from .whisper_batch import BatchDecodeOptions, decode_batch
+
+        o = self.opts
+        with map_engine_errors("ctranslate2"):
+            return decode_batch(self._model, audios, BatchDecodeOptions(
+                language=o.language, beam_size=o.beam_size,
+                compression_ratio_threshold=o.compression_ratio_threshold,
+                log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold,
+                window_pad_frames=o.window_pad_frames, min_window_frames=o.min_window_frames))
 
     def _words(self, segments: list, length: float, offset: float) -> list[TimedWord]:
         """Words of a chunk's segments, past the hallucination checks, with file times."""

@@ -20,6 +20,10 @@ sequential loop (``WhisperModel.generate_segments`` with
 
 Every other item gets the segments, words and scores the sequential loop gives.
 Batched and sequential GEMMs may round differently, so a rare word can differ.
+
+With ``window_pad_frames`` set, the encoder window is fitted to the chunks
+instead of padded to 30 s (see :func:`window_frames`): the single-chunk path of
+:class:`~pipeline.asr.whisper.WhisperEngine` uses this module too, for that.
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchDecodeOptions", "decode_batch"]
+__all__ = ["BatchDecodeOptions", "decode_batch", "window_frames"]
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,23 @@ class BatchDecodeOptions:
     compression_ratio_threshold: float | None
     log_prob_threshold: float | None
     no_speech_threshold: float | None
+    window_pad_frames: int | None = None
+    """Encoder window = the longest chunk plus this many zero frames; ``None``: 30 s."""
+    min_window_frames: int = 1000
+    """The smallest fitted window, 10 ms frames."""
+
+
+def window_frames(sizes: Sequence[int], opts: BatchDecodeOptions, full: int) -> int:
+    """The encoder window of a batch, in feature frames.
+
+    Whisper was trained on 30 s windows, and faster-whisper pads every chunk to one,
+    so a 2 s prompt costs the encoder as much as 30 s of speech. A window fitted to
+    the longest chunk plus a few seconds of padding costs a fraction of that; the
+    padding keeps the decoder from looping at an abrupt end of the window.
+    """
+    if opts.window_pad_frames is None:
+        return full
+    return min(full, max(opts.min_window_frames, max(sizes) + opts.window_pad_frames))
 
 
 _PUNCTUATION: tuple[str, str] | None = None
@@ -100,12 +121,14 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
     tokenizer = Tokenizer(model.hf_tokenizer, model.model.is_multilingual, task="transcribe",
                           language=opts.language if model.model.is_multilingual else None)
     sizes: list[int] = []
-    windows = []
+    features = []
     for audio in audios:
-        features = fe(audio)
-        size = min(fe.nb_max_frames, features.shape[-1] - 1)
+        feats = fe(audio)
+        size = min(fe.nb_max_frames, feats.shape[-1] - 1)
         sizes.append(size)
-        windows.append(pad_or_trim(features[:, :size]))
+        features.append(feats[:, :size])
+    window = window_frames(sizes, opts, fe.nb_max_frames)
+    windows = [pad_or_trim(f, window) for f in features]
     encoder_output = model.encode(np.stack(windows))
     prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
     results = model.model.generate(

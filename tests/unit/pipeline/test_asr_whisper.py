@@ -8,8 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.asr import AsrEngine, WhisperEngine
+from pipeline.asr import AsrEngine, WhisperEngine, WhisperOptions
 from pipeline.asr.whisper import _join_pieces
+from pipeline.asr.whisper_batch import BatchDecodeOptions, window_frames
 from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.models import resolve_whisper
 from pipeline.types import TimedWord
@@ -51,6 +52,41 @@ def test_librivox_base(whisper_base: WhisperEngine, transcribe_file, manifest) -
         hyps += words
     # "mister" is written "Mr." by Whisper: one of the 46 words differs by convention alone
     assert wer(" ".join(refs), hyps) <= 0.08
+
+
+def test_fitted_window_follows_the_longest_chunk() -> None:
+    opts = BatchDecodeOptions(language="en", beam_size=5, compression_ratio_threshold=2.4,
+                              log_prob_threshold=-1.0, no_speech_threshold=0.6,
+                              window_pad_frames=500, min_window_frames=1000)
+    assert window_frames([150], opts, 3000) == 1000          # at least 10 s
+    assert window_frames([150, 1200], opts, 3000) == 1700    # the longest plus 5 s
+    assert window_frames([2800], opts, 3000) == 3000         # never past Whisper's 30 s
+    assert window_frames([150], BatchDecodeOptions(
+        language="en", beam_size=5, compression_ratio_threshold=None, log_prob_threshold=None,
+        no_speech_threshold=None), 3000) == 3000                # off: faster-whisper's padding
+
+
+def test_fitted_window_reads_like_the_full_window(whisper_base: WhisperEngine, model_cache: Path,
+                                                  transcribe_file, manifest) -> None:
+    """Short chunks decoded in a fitted window: the words of a 30 s window, word times too."""
+    assert whisper_base.opts.window_pad_frames is not None  # the default is fitted
+    full = WhisperEngine(resolve_whisper("base", model_cache),
+                         WhisperOptions(cpu_threads=2, window_pad_frames=None))
+    paths = ["real/whisper/jfk.flac", "real/pocketsphinx/goforward.wav",
+             "real/speechbrain/spk1_snt1.wav", "real/asterisk_16k/vm-mismatch.wav",
+             "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0890.wav"]
+    refs, fitted_words, full_words = [], [], []
+    for path in paths:
+        fitted = transcribe_file(EVAL / path, whisper_base)
+        padded = transcribe_file(EVAL / path, full)
+        assert_well_formed(fitted, 0.0, manifest[path]["duration"])
+        if [w.text for w in fitted] == [w.text for w in padded]:
+            assert all(abs(a.start - b.start) <= 0.2 and abs(a.end - b.end) <= 0.2
+                       for a, b in zip(fitted, padded)), path
+        refs.append(manifest[path]["reference_text"])
+        fitted_words += fitted
+        full_words += padded
+    assert wer(" ".join(refs), fitted_words) <= wer(" ".join(refs), full_words) + 0.03
 
 
 def test_offset_makes_times_absolute(whisper_tiny: WhisperEngine, tmp_path: Path) -> None:

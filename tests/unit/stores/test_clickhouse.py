@@ -70,3 +70,48 @@ def test_rows_survive_a_process_restart(tmp_path: Path) -> None:
     second = _run(READ, path)
     assert second == {"status": "completed", "duration": 3.5, "metadata": '{"x": 1}',
                       "other_account": True, "applied": []}
+
+
+GROUP_COMMIT = """
+import asyncio, json, sys
+from datetime import UTC, datetime
+from stores.clickhouse import ClickHouse
+from schemas.rows import UsageEventRow
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    now = datetime.now(UTC)
+    before = ch.inserts
+    seen = []
+    async def one(n):
+        await ch.insert("usage_events", [UsageEventRow(
+            event_id=f"e{n}", account_id="acct_1", key_id="k", model="a5s-async-v1",
+            kind="completed", at=now, audio_seconds=1.0, transcript_id=f"tr_{n}").model_dump()])
+        # read-your-writes: a caller returns only once its own row is stored
+        rows = await ch.query("SELECT count() AS n FROM {db}.usage_events "
+                              "WHERE event_id = {e:String}", {"e": f"e{n}"})
+        seen.append(rows[0]["n"])
+    async def query_load():  # keeps the ClickHouse thread busy, as a loaded service does
+        for _ in range(5):
+            await ch.query("SELECT count() FROM numbers(2000000)")
+    await asyncio.gather(query_load(), *(one(n) for n in range(40)))
+    bad = ch.insert("no_such_table", [{"x": 1}])
+    try:
+        await bad
+        failed = False
+    except Exception:
+        failed = True
+    total = (await ch.query("SELECT count() AS n FROM {db}.usage_events"))[0]["n"]
+    print(json.dumps({"statements": ch.inserts - before, "seen": seen, "total": total,
+                      "failed": failed}))
+    await ch.close()
+asyncio.run(main())
+"""
+
+
+def test_concurrent_inserts_share_statements_and_each_caller_reads_its_row(
+        tmp_path: Path) -> None:
+    out = _run(GROUP_COMMIT, tmp_path / "clickhouse")
+    assert out["total"] == 40 and out["seen"] == [1] * 40
+    assert out["statements"] < 40, out  # rows that waited for the thread went in together
+    assert out["failed"], "an insert that fails raises in its caller"
