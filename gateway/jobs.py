@@ -142,7 +142,7 @@ class JobService:
 
     async def _withdraw(self, row: TranscriptRow) -> None:
         log.warning("withdrawing %s: its submission could not be published", row.id)
-        for step in (self.transcripts.change(row.id, "deleted"),
+        for step in (self.transcripts.change(row.id, "deleted", account_id=row.account_id),
                      self.ctx.redis.dequeue(row.account_id, row.id),
                      self.ctx.objects.delete_prefix(f"jobs/{row.id}/"),
                      self._release_upload(row.file_id)):
@@ -198,7 +198,7 @@ class JobService:
             await self.ctx.redis.dequeue(account.id, row.id)
             summary = summary.model_copy(update={"error": JobError(
                 code="canceled", message="The job was canceled before it finished.")})
-            await self.transcripts.change(row.id, "deleted")
+            await self.transcripts.change(row.id, "deleted", account_id=row.account_id)
         else:
             await self.transcripts.delete(row)
         await self.ctx.objects.delete_prefix(f"jobs/{row.id}/")

@@ -204,10 +204,10 @@ class Pipeline:
                                        "queued": len(new.queue)}, "ledger", account_id)
         if _is_new_job(state, event):
             self.ctx.metrics.jobs.labels("queued").inc()
-        await self._carry_out(fx, now, first=_first_settled(state, fx))
+        await self._carry_out(account_id, fx, now, first=_first_settled(state, fx))
         self.accounts[account_id] = new.model_dump_json().encode()
 
-    async def _carry_out(self, fx: Effects, now: datetime,
+    async def _carry_out(self, account_id: str, fx: Effects, now: datetime,
                          first: Collection[str] = ()) -> None:
         """``first``: ids whose outcome this event counts for the first time (not a replay)."""
         for settled in fx.settled:  # before the freed slot goes to the next job
@@ -219,7 +219,8 @@ class Pipeline:
             self.ctx.metrics.jobs.labels("canceled" if change.status == "deleted"
                                          else change.status).inc()
             if change.status != "deleted":
-                await self.transcripts.change(change.transcript_id, change.status, change.at)
+                await self.transcripts.change(change.transcript_id, change.status, change.at,
+                                              account_id=account_id)
         for job in fx.dispatch:
             await self.ctx.redis.dequeue(job.account_id, job.transcript_id)
             await self.publish(DISPATCH, job.transcript_id, job)

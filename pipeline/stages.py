@@ -210,7 +210,7 @@ class Stages:
         (``settled``), so a client that sees ``completed`` also sees its usage.
         """
         tid = outcome.transcript_id
-        row = await self.transcripts.get(tid, include_deleted=True)
+        row = await self.transcripts.get(tid, outcome.account_id, include_deleted=True)
         if row is None or row.deleted:
             await self._cleanup(tid, row.file_id if row else None)
             return
@@ -260,14 +260,16 @@ class Stages:
         so no client ever sees more jobs processing than the account's limit, and the
         next job's ``started_at`` is never before this one's ``completed_at``.
         """
-        row = await self.transcripts.get(settled.transcript_id, include_deleted=True)
+        row = await self.transcripts.get(settled.transcript_id, settled.account_id,
+                                         include_deleted=True)
         if row is None or row.deleted or row.status in ("completed", "error"):
             return row
         if settled.status == "completed":
             return await self.transcripts.change(
-                row.id, "completed", now, audio_duration=settled.duration) or row
+                row.id, "completed", now, account_id=row.account_id,
+                audio_duration=settled.duration) or row
         return await self.transcripts.change(
-            row.id, "error", now, error_code=settled.error_code,
+            row.id, "error", now, account_id=row.account_id, error_code=settled.error_code,
             error_message=settled.error_message) or row
 
     async def publish_outcome(self, settled: Settled) -> None:

@@ -192,7 +192,7 @@ class WebhookSender:
         publishes no webhook). The status is stored as the transcript's ``webhook_status_code``.
         """
         tid = delivery.transcript_id
-        row = await self.transcripts.get(tid)
+        row = await self.transcripts.get(tid, delivery.account_id)
         if row is None or not row.webhook_url or row.status not in ("completed", "error"):
             return "gone"
         body = event_body(row.status, tid, json.loads(row.metadata or "{}"))
@@ -212,7 +212,7 @@ class WebhookSender:
             status = None
         else:
             log.info("webhook %s attempt %d: HTTP %d", tid, delivery.attempt, status)
-            await self.transcripts.set_webhook_status(tid, status)
+            await self.transcripts.set_webhook_status(tid, status, delivery.account_id)
         return status
 
     async def _auth_header_name(self, transcript_id: str) -> str | None:

@@ -30,6 +30,12 @@ class Transcripts:
 
     async def get(self, transcript_id: str, account_id: str | None = None,
                   *, include_deleted: bool = False) -> TranscriptRow | None:
+        """The current row of a transcript, or ``None``.
+
+        Pass ``account_id`` wherever it is known: the table is ordered by
+        ``(account_id, id)``, so with it the lookup reads one granule; without it,
+        every transcript of every account is read and merged (``FINAL``).
+        """
         sql = "SELECT * FROM {db}.transcripts FINAL WHERE id = {id:String}"
         params: dict[str, Any] = {"id": transcript_id}
         if account_id is not None:
@@ -56,10 +62,14 @@ class Transcripts:
         return [TranscriptRow.model_validate(r) for r in await self.ch.query(sql, params)]
 
     async def change(self, transcript_id: str, status: str, at: datetime | None = None,
-                     **fields: Any) -> TranscriptRow | None:
-        """Move a transcript to ``status`` (merging ``fields``); a no-op if it is already later."""
+                     *, account_id: str | None = None, **fields: Any) -> TranscriptRow | None:
+        """Move a transcript to ``status`` (merging ``fields``); a no-op if it is already later.
+
+        ``account_id``: the owner, when known (see :meth:`get`); a transcript of
+        another account is not found, so not changed.
+        """
         at = at or datetime.now(UTC)
-        row = await self.get(transcript_id, include_deleted=True)
+        row = await self.get(transcript_id, account_id, include_deleted=True)
         if row is None or row.deleted:
             return None
         current = STATE_RANK.get(row.status, 0)
@@ -119,8 +129,9 @@ class Transcripts:
             "HAVING max(deleted) = 1 AND min(deleted) = 0 LIMIT {n:UInt32}", {"n": limit})
         return [(r["account_id"], r["id"]) for r in rows]
 
-    async def set_webhook_status(self, transcript_id: str, code: int) -> None:
-        row = await self.get(transcript_id)
+    async def set_webhook_status(self, transcript_id: str, code: int,
+                                 account_id: str | None = None) -> None:
+        row = await self.get(transcript_id, account_id)
         if row is None:
             return
         new = row.model_copy(update={"webhook_status_code": code, "version": row.version + 1})
@@ -142,7 +153,7 @@ class Transcripts:
 
     async def delete(self, row: TranscriptRow) -> None:
         """Remove every stored detail: metadata, URLs, webhook target and the result."""
-        await self.change(row.id, "deleted")
+        await self.change(row.id, "deleted", account_id=row.account_id)
         await self.ch.insert("transcript_results", [{
             "id": row.id, "account_id": row.account_id, "completed_at": datetime.now(UTC),
             "text": "", "result": "{}", "deleted": 1, "version": 2}])

@@ -30,9 +30,10 @@ async def main():
     await t.change("tr_a", "processing", now)
     await t.change("tr_a", "completed", now, audio_duration=3.5)
     await t.change("tr_a", "processing", now)   # a replayed, older state loses
+    foreign = await t.change("tr_a", "deleted", now, account_id="acct_2")  # not its owner
     tables = [r["name"] for r in await ch.query(
         "SELECT name FROM system.tables WHERE database = 'a5s' ORDER BY name")]
-    print(json.dumps({"second_migrate": again, "tables": tables}))
+    print(json.dumps({"second_migrate": again, "tables": tables, "foreign": foreign is None}))
     await ch.close()
 asyncio.run(main())
 """
@@ -65,6 +66,7 @@ def test_rows_survive_a_process_restart(tmp_path: Path) -> None:
     path = tmp_path / "clickhouse"
     first = _run(WRITE, path)
     assert first["second_migrate"] == [], "migrations apply once"
+    assert first["foreign"], "a change scoped to another account finds nothing"
     assert {"accounts", "api_keys", "transcripts", "transcript_results", "usage_events",
             "schema_migrations"} <= set(first["tables"])
     second = _run(READ, path)
