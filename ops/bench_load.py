@@ -3,7 +3,8 @@
 ``python -m ops.bench_load [--duration 60] [--concurrency 16] [--backlog 300]``
 
 Starts an embedded stack (``a5s up``) in a temporary directory and, while sampling the
-resident memory (``VmRSS`` in ``/proc/<pid>/status``) of the service, the broker and
+resident memory (``VmRSS`` in ``/proc/<pid>/status``, and its anonymous part ``RssAnon``:
+the heap, as opposed to mapped files the kernel can drop) of the service, the broker and
 Valkey every second (their pids are in ``<data_dir>/run/``):
 
 1. **sustained**: ``--concurrency`` clients for ``--duration`` seconds, each request one
@@ -37,29 +38,29 @@ import httpx
 
 from ops.bench_api import _free_port, embedded_stack, percentile
 
-__all__ = ["main", "rss_kb"]
+__all__ = ["main", "memory_kb"]
 
 PROCESSES = ("service", "broker", "redis")
 WINDOW_S = 10.0
 
 
-def rss_kb(pid: int) -> int | None:
-    """Resident memory of ``pid`` in KiB, or None when it is gone."""
+def memory_kb(pid: int) -> tuple[int, int] | None:
+    """(resident, anonymous resident) memory of ``pid`` in KiB, or None when it is gone."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    except (FileNotFoundError, ProcessLookupError, ValueError):
+        fields = dict(line.split(":", 1) for line in
+                      Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        return int(fields["VmRSS"].split()[0]), int(fields["RssAnon"].split()[0])
+    except (FileNotFoundError, ProcessLookupError, ValueError, KeyError):
         return None
-    return None
 
 
 @dataclass
 class Samples:
-    """(seconds since start, RSS KiB) per process, and (time, latency ms, status) per call."""
+    """(seconds since start, RSS KiB, anonymous RSS KiB) per process, and (time, latency ms,
+    status) per call."""
 
     started: float = field(default_factory=time.monotonic)
-    rss: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    rss: dict[str, list[tuple[float, int, int]]] = field(default_factory=dict)
     calls: list[tuple[float, str, float, int]] = field(default_factory=list)
 
     def now(self) -> float:
@@ -76,9 +77,9 @@ async def sample_memory(run_dir: Path, samples: Samples, stop: asyncio.Event) ->
                 pid = int((run_dir / f"{name}.pid").read_text())
             except (FileNotFoundError, ValueError):
                 continue
-            kb = rss_kb(pid)
+            kb = memory_kb(pid)
             if kb is not None:
-                samples.rss.setdefault(name, []).append((samples.now(), kb))
+                samples.rss.setdefault(name, []).append((samples.now(), *kb))
         try:
             await asyncio.wait_for(stop.wait(), 1.0)
         except TimeoutError:
@@ -187,11 +188,17 @@ def report(samples: Samples, drain: dict[str, Any]) -> dict[str, Any]:
         out["windows_p99_ms"][phase] = [round(percentile(v, 99), 1)
                                         for _, v in sorted(windows.items())]
     for name, series in samples.rss.items():
-        kb = [v for _, v in series]
+        kb = [v for _, v, _ in series]
+        anon = [a for _, _, a in series]
         out["rss_mib"][name] = {"first": round(kb[0] / 1024, 1), "peak": round(max(kb) / 1024, 1),
                                 "last": round(kb[-1] / 1024, 1), "samples": len(kb),
+                                "anon_first": round(anon[0] / 1024, 1),
+                                "anon_peak": round(max(anon) / 1024, 1),
+                                "anon_last": round(anon[-1] / 1024, 1),
                                 "every_30_s": [round(v / 1024) for v in
-                                               {int(t // 30): v for t, v in series}.values()]}
+                                               {int(t // 30): v for t, v, _ in series}.values()],
+                                "anon_every_30_s": [round(a / 1024) for a in
+                                                    {int(t // 30): a for t, _, a in series}.values()]}
     return out
 
 
@@ -238,6 +245,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"RSS {name:<8} first {m['first']:>7.1f} MiB  peak {m['peak']:>7.1f} MiB  "
               f"last {m['last']:>7.1f} MiB  ({m['samples']} samples); every 30 s: "
               f"{m['every_30_s']}")
+        print(f"    anonymous    first {m['anon_first']:>7.1f} MiB  peak {m['anon_peak']:>7.1f} MiB  "
+              f"last {m['anon_last']:>7.1f} MiB; every 30 s: {m['anon_every_30_s']}")
     b = figures["backlog"]
     print(f"backlog: {b['finished']}/{b['jobs']} jobs ended in {b['drain_s']} s "
           f"({b['jobs_per_s']} jobs/s); creation to end p50 {b['job_p50_s']} s, "

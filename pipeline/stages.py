@@ -266,11 +266,11 @@ class Stages:
             return row
         if settled.status == "completed":
             return await self.transcripts.change(
-                row.id, "completed", now, account_id=row.account_id,
+                row.id, "completed", now, account_id=row.account_id, current=row,
                 audio_duration=settled.duration) or row
         return await self.transcripts.change(
-            row.id, "error", now, account_id=row.account_id, error_code=settled.error_code,
-            error_message=settled.error_message) or row
+            row.id, "error", now, account_id=row.account_id, current=row,
+            error_code=settled.error_code, error_message=settled.error_message) or row
 
     async def publish_outcome(self, settled: Settled) -> None:
         """Make the counted outcome visible; then the public record, the webhook, cleanup."""
@@ -281,8 +281,7 @@ class Stages:
             await self._cleanup(tid, row.file_id if row else None)
             return
         summary = row.summary()
-        result = (await self.transcripts.result(tid, row.account_id)
-                  if row.status == "completed" else None)
+        result = await self._result(row) if row.status == "completed" else None
         await self.publish(COMPLETED, tid, CompletedTranscript(
             id=tid, account_id=row.account_id, status=summary.status,  # type: ignore[arg-type]
             created_at=row.created_at, completed_at=row.completed_at or now,
@@ -295,6 +294,14 @@ class Stages:
             await self.publish(WEBHOOKS, tid, WebhookDue(
                 transcript_id=tid, account_id=row.account_id, webhook_id=webhook_id(tid)))
         await self._cleanup(tid, row.file_id, keep_spec=pending_webhook)
+
+    async def _result(self, row: TranscriptRow) -> TranscriptResult | None:
+        """The stored result: the stage output while the job's files remain (cheaper than
+        a ClickHouse read), else the transcript's saved result (a replay after cleanup)."""
+        done = await self._done(row.id, "result.json")
+        if done is not None:
+            return TranscriptResult.model_validate_json(done)
+        return await self.transcripts.result(row.id, row.account_id)
 
     async def _cleanup(self, tid: str, file_id: str | None, keep_spec: bool = False) -> None:
         """Audio copies never outlive their job; the spec stays only for a pending webhook."""

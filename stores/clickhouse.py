@@ -66,6 +66,7 @@ class ClickHouse:
         self._client: Any = None
         self._pending: dict[tuple[int, str, tuple[str, ...]], _PendingInsert] = {}
         self._pending_lock = threading.Lock()
+        self._insert_contexts: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.inserts = 0
         """Insert statements run (several callers' rows may share one)."""
 
@@ -78,7 +79,10 @@ class ClickHouse:
         if self._client is None:
             if self.embedded:
                 Path(urlsplit(self.dsn).path).mkdir(parents=True, exist_ok=True)
-                self._client = clickhouse_connect.get_client(dsn=self.dsn)
+                # The pipeline asks for a row or writes a few at a time, on a machine whose
+                # cores run the models: one thread per query costs less than a parallel plan.
+                self._client = clickhouse_connect.get_client(dsn=self.dsn,
+                                                             settings={"max_threads": 1})
             else:
                 self._client = clickhouse_connect.get_client(
                     dsn=self.dsn, connect_timeout=5, send_receive_timeout=30)
@@ -158,7 +162,15 @@ class ClickHouse:
             if self._pending.get(key) is pending:
                 del self._pending[key]
         self.inserts += 1
-        client.insert(self.table(key[1]), pending.data, column_names=list(key[2]))
+        context = self._insert_contexts.get(key[1:])
+        if context is None:  # the column types are asked for once, not before every insert
+            context = self._insert_contexts[key[1:]] = client.create_insert_context(
+                self.table(key[1]), column_names=list(key[2]))
+        context.data = pending.data
+        try:
+            client.insert(context=context)
+        finally:
+            context.data = None
 
     async def ping(self) -> float:
         started = time.perf_counter()

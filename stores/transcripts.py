@@ -33,8 +33,8 @@ class Transcripts:
         """The current row of a transcript, or ``None``.
 
         Pass ``account_id`` wherever it is known: the table is ordered by
-        ``(account_id, id)``, so with it the lookup reads one granule; without it,
-        every transcript of every account is read and merged (``FINAL``).
+        ``(account_id, id)``, so with it the lookup reads only that key's range;
+        without it, every transcript of every account is read and merged (``FINAL``).
         """
         sql = "SELECT * FROM {db}.transcripts FINAL WHERE id = {id:String}"
         params: dict[str, Any] = {"id": transcript_id}
@@ -62,14 +62,17 @@ class Transcripts:
         return [TranscriptRow.model_validate(r) for r in await self.ch.query(sql, params)]
 
     async def change(self, transcript_id: str, status: str, at: datetime | None = None,
-                     *, account_id: str | None = None, **fields: Any) -> TranscriptRow | None:
+                     *, account_id: str | None = None, current: TranscriptRow | None = None,
+                     **fields: Any) -> TranscriptRow | None:
         """Move a transcript to ``status`` (merging ``fields``); a no-op if it is already later.
 
         ``account_id``: the owner, when known (see :meth:`get`); a transcript of
-        another account is not found, so not changed.
+        another account is not found, so not changed. ``current``: the row as the
+        caller has just read it, which saves reading it again.
         """
         at = at or datetime.now(UTC)
-        row = await self.get(transcript_id, account_id, include_deleted=True)
+        row = current if current is not None and current.id == transcript_id else await self.get(
+            transcript_id, account_id, include_deleted=True)
         if row is None or row.deleted:
             return None
         current = STATE_RANK.get(row.status, 0)

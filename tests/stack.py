@@ -171,6 +171,18 @@ class Stack:
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         return httpx.Client(base_url=self.url(""), headers=headers, timeout=30, **kwargs)
 
+    def wait_settled(self, client: httpx.Client, used_seconds: float,
+                     timeout_s: float = 60.0) -> dict[str, Any]:
+        """The account's ``usage_limit`` once the ledger holds ``used_seconds`` and reserves
+        nothing (the accounts agent counts a job just after its outcome is visible)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            limit = client.get("/v1/account").json()["usage_limit"]
+            if abs(limit["used_seconds"] - used_seconds) < 1e-3 and not limit["reserved_seconds"]:
+                return limit
+            assert time.monotonic() < deadline, (limit, used_seconds)
+            time.sleep(0.5)
+
     def wait_transcript(self, client: httpx.Client, tid: str, timeout_s: float = 300.0,
                         until: tuple[str, ...] = ("completed", "error")) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s

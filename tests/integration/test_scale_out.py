@@ -118,13 +118,7 @@ def test_worker_joins_and_dies_mid_load_without_losing_a_job(scale_stack: Stack,
                   .json()["data"]]
         assert sorted(listed) == sorted(mine)  # each job once, none lost, none doubled
         expected = sum(done[tid]["audio_duration"] for tid in mine)
-        deadline = time.monotonic() + 60
-        while True:
-            limit = client.get("/v1/account").json()["usage_limit"]
-            if abs(limit["used_seconds"] - expected) < 1e-3 and not limit["reserved_seconds"]:
-                break
-            assert time.monotonic() < deadline, (limit, expected)
-            time.sleep(0.5)
+        stack.wait_settled(client, expected)
         totals = client.get("/v1/usage").json()["totals"]["a5s-async-v1"]
         assert totals["completed"] == len(mine) and totals["failed"] == 0
         assert abs(totals["audio_seconds"] - expected) < 1e-2

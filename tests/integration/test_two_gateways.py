@@ -1,10 +1,12 @@
-"""Two gateway replicas: key revocation reaches both, and a live session outlives no worker.
+"""Two gateway replicas: key revocation reaches both, a live session outlives no worker,
+and a gateway killed mid-burst loses no job it accepted.
 
 The second gateway is a separate ``a5s gateway`` process on its own ports, reaching the
 service's embedded ClickHouse through the loopback proxy (``a5s+http://``) and sharing
 its broker and Redis, as a replica in a distributed deployment does. The service process
 of ``a5s up`` is the pipeline worker (and the first gateway); killing it leaves the
-second gateway running with a live session whose worker is gone.
+second gateway running with a live session whose worker is gone. Killing the second
+gateway leaves the pipeline running without it.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import contextlib
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
+import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -25,47 +30,70 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.stack import EVAL, REPO, Stack, free_port
+from tests.stack import EVAL, REPO, EvalServer, Stack, free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 
 FRAME = 640  # 20 ms of 16 kHz s16le
 
 
+class Gateway:
+    """A second ``a5s gateway`` process in front of ``stack``, on ports of its own."""
+
+    def __init__(self, stack: Stack, log: Path) -> None:
+        self.port, self.log = free_port(), log
+        self.env = {**os.environ, **stack.env, "A5S_PORT": str(self.port),
+                    "A5S_CONSOLE_PORT": str(free_port()),
+                    "A5S_CLICKHOUSE_URL": f"a5s+http://127.0.0.1:{stack.console_port}"}
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.base = f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 120) -> None:
+        """Start it (again, on the same ports) and wait until it says it is ready."""
+        self.log.touch()
+        seen = self.log.stat().st_size
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "gateway"], cwd=REPO,
+                                         env=self.env, stdout=out, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while "a5s: ready" not in self.log.read_bytes()[seen:].decode(errors="replace"):
+            assert self.proc.poll() is None, self.log.read_text(errors="replace")[-3000:]
+            assert time.monotonic() < deadline, "the second gateway did not start"
+            time.sleep(0.5)
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(30)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+
+
 @pytest.fixture(scope="module")
-def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, str]]:
-    """The stack, and the base URL of a second gateway in front of it."""
+def pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Stack, Gateway]]:
+    """The stack, and a second gateway in front of it."""
     root = tmp_path_factory.mktemp("gateways")
     stack = Stack(root / "data")
     stack.data_dir.mkdir(parents=True)
     stack.start()
-    port = free_port()
-    env = {**os.environ, **stack.env, "A5S_PORT": str(port), "A5S_CONSOLE_PORT": str(free_port()),
-           "A5S_CLICKHOUSE_URL": f"a5s+http://127.0.0.1:{stack.console_port}"}
-    log = root / "gateway2.log"
-    with log.open("ab") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "gateway"], cwd=REPO, env=env,
-                                stdout=out, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
+    gateway = Gateway(stack, root / "gateway2.log")
     try:
-        deadline = time.monotonic() + 120
-        while "a5s: ready" not in log.read_text(errors="replace"):
-            assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-            assert time.monotonic() < deadline, "the second gateway did not start"
-            time.sleep(0.5)
-        yield stack, base
+        gateway.start()
+        yield stack, gateway
     finally:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        gateway.stop()
         stack.stop()
 
 
 def test_a_key_revoked_through_one_gateway_is_refused_by_the_other_within_60_s(
-        pair: tuple[Stack, str]) -> None:
-    stack, second = pair
+        pair: tuple[Stack, Gateway]) -> None:
+    stack, second = pair[0], pair[1].base
     account = stack.console("POST", "/accounts", {"email": "replicas@example.com"})["account"]
     created = stack.console("POST", f"/accounts/{account['id']}/keys", {"name": "replicas"})
     headers = {"Authorization": f"Bearer {created['key']}"}
@@ -131,8 +159,8 @@ class Paced:
 
 
 def test_a_live_session_ends_with_provider_error_when_its_worker_dies(
-        pair: tuple[Stack, str]) -> None:
-    stack, second = pair
+        pair: tuple[Stack, Gateway]) -> None:
+    stack, second = pair[0], pair[1].base
     _, key = stack.new_account()
     pcm = jfk_pcm()
     ws_url = second.replace("http://", "ws://") + "/v1/realtime"
@@ -175,3 +203,78 @@ def test_a_live_session_ends_with_provider_error_when_its_worker_dies(
             await client.until_transcript()
 
     asyncio.run(asyncio.wait_for(again(), 180))
+
+
+def test_a_gateway_killed_mid_burst_loses_no_job_it_accepted(
+        pair: tuple[Stack, Gateway]) -> None:
+    """SIGKILL of a gateway while clients submit jobs and stream through it.
+
+    Every job it answered 201 for completes once and is counted once; a job it was
+    creating when it died (row written, no answer sent) is found by the reconciler and
+    completes too, so the books still balance. Its live session's socket drops at once.
+    The gateway restarted on the same port serves again.
+    """
+    stack, gateway = pair
+    _, key = stack.new_account()
+    headers = {"Authorization": f"Bearer {key}"}
+    clip = "real/speechbrain/spk1_snt1.wav"
+    server = EvalServer()
+    accepted: list[str] = []
+    refused: list[str] = []
+
+    def burst() -> None:
+        with httpx.Client(base_url=gateway.base, headers=headers, timeout=10) as client:
+            while True:
+                try:
+                    resp = client.post("/v1/transcripts", json={"audio_url": server.url(clip)})
+                except httpx.HTTPError as exc:  # the gateway died under this request
+                    refused.append(repr(exc))
+                    return
+                assert resp.status_code == 201, resp.text
+                accepted.append(resp.json()["id"])
+
+    async def live_session_then_kill() -> float:
+        ws_url = gateway.base.replace("http://", "ws://") + "/v1/realtime"
+        async with websockets.connect(ws_url, additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "start"}))
+            while json.loads(await ws.recv())["type"] != "ready":
+                pass
+            await ws.send(bytes(FRAME))
+            sender = threading.Thread(target=burst)
+            sender.start()
+            while len(accepted) < 4:
+                await asyncio.sleep(0.05)
+            gateway.kill()
+            killed = time.monotonic()
+            with contextlib.suppress(ConnectionClosed):
+                async for _ in ws:
+                    pass
+            dropped = time.monotonic() - killed
+            await asyncio.to_thread(sender.join, 30)
+            return dropped
+
+    try:
+        dropped = asyncio.run(asyncio.wait_for(live_session_then_kill(), 120))
+        assert dropped < 5, f"the live socket took {dropped:.1f} s to drop"
+        assert refused, "the burst outlived the gateway"
+        gateway.start()
+        with httpx.Client(base_url=gateway.base, headers=headers, timeout=30) as client:
+            done = {tid: stack.wait_transcript(client, tid, timeout_s=300) for tid in accepted}
+            assert all(body["status"] == "completed" for body in done.values()), done
+            # Whatever the gateway had written when it died ends too (the reconciler
+            # submits a queued row its ledger never saw); nothing stays queued.
+            deadline = time.monotonic() + 180
+            while True:
+                listed = client.get("/v1/transcripts", params={"limit": 100}).json()["data"]
+                if all(t["status"] in ("completed", "error") for t in listed):
+                    break
+                assert time.monotonic() < deadline, [t["status"] for t in listed]
+                time.sleep(1)
+            ids = [t["id"] for t in listed]
+            assert len(ids) == len(set(ids)) and set(accepted) <= set(ids)
+            assert all(t["status"] == "completed" for t in listed), listed
+            stack.wait_settled(client, sum(t["audio_duration"] for t in listed))
+    finally:
+        server.close()
+    print(f"\ngateway killed after {len(accepted)} accepted jobs ({len(listed)} created); "
+          f"the live socket dropped {dropped:.2f} s after the kill")
