@@ -266,10 +266,10 @@ class Stages:
             return row
         if settled.status == "completed":
             return await self.transcripts.change(
-                row.id, "completed", now, account_id=row.account_id, current=row,
+                row.id, "completed", now, account_id=row.account_id, known=row,
                 audio_duration=settled.duration) or row
         return await self.transcripts.change(
-            row.id, "error", now, account_id=row.account_id, current=row,
+            row.id, "error", now, account_id=row.account_id, known=row,
             error_code=settled.error_code, error_message=settled.error_message) or row
 
     async def publish_outcome(self, settled: Settled) -> None:

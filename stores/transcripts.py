@@ -62,16 +62,16 @@ class Transcripts:
         return [TranscriptRow.model_validate(r) for r in await self.ch.query(sql, params)]
 
     async def change(self, transcript_id: str, status: str, at: datetime | None = None,
-                     *, account_id: str | None = None, current: TranscriptRow | None = None,
+                     *, account_id: str | None = None, known: TranscriptRow | None = None,
                      **fields: Any) -> TranscriptRow | None:
         """Move a transcript to ``status`` (merging ``fields``); a no-op if it is already later.
 
         ``account_id``: the owner, when known (see :meth:`get`); a transcript of
-        another account is not found, so not changed. ``current``: the row as the
+        another account is not found, so not changed. ``known``: the row as the
         caller has just read it, which saves reading it again.
         """
         at = at or datetime.now(UTC)
-        row = current if current is not None and current.id == transcript_id else await self.get(
+        row = known if known is not None and known.id == transcript_id else await self.get(
             transcript_id, account_id, include_deleted=True)
         if row is None or row.deleted:
             return None

@@ -173,8 +173,8 @@ class Stack:
 
     def wait_settled(self, client: httpx.Client, used_seconds: float,
                      timeout_s: float = 60.0) -> dict[str, Any]:
-        """The account's ``usage_limit`` once the ledger holds ``used_seconds`` and reserves
-        nothing (the accounts agent counts a job just after its outcome is visible)."""
+        """The account's ``usage_limit`` once it shows ``used_seconds`` used and nothing
+        reserved."""
         deadline = time.monotonic() + timeout_s
         while True:
             limit = client.get("/v1/account").json()["usage_limit"]
