@@ -321,10 +321,7 @@ def test_every_job_ended_once_counted_once_and_notified_once(
         listed = client.get("/v1/transcripts", params={"limit": 100}).json()["data"]
         assert sorted(t["id"] for t in listed) == sorted(jobs.clips), "a job is missing or twice"
         total = sum(b["audio_duration"] for b in done.values())
-        try:
-            limit = wait_for(lambda: _settled(client, total), 60, "the ledger settling", 0.5)
-        except TimeoutError:
-            limit = client.get("/v1/account").json()["usage_limit"]
+        limit = fstack.wait_settled(client, total)
         assert limit["used_seconds"] == pytest.approx(total, abs=1e-3), (limit, total)
         assert limit["reserved_seconds"] == 0, limit
         totals = client.get("/v1/usage").json()["totals"]["a5s-async-v1"]
@@ -351,8 +348,3 @@ def test_every_job_ended_once_counted_once_and_notified_once(
     print(f"\nfaults: {len(jobs.faults)} ({'; '.join(jobs.faults)}); jobs: {len(done)}; "
           f"webhook deliveries: {len(loopback.deliveries())} for {len(events)} events")
 
-
-def _settled(client: httpx.Client, used: float) -> dict[str, float] | None:
-    limit = client.get("/v1/account").json()["usage_limit"]
-    ok = abs(limit["used_seconds"] - used) < 1e-3 and limit["reserved_seconds"] == 0
-    return limit if ok else None
