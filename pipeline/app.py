@@ -23,7 +23,7 @@ from schemas.settings import Settings
 from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.graph import node
-from topologies.topics import ADMISSIONS, DISPATCH, SETTLED, TopicSpec
+from topologies.topics import ADMISSIONS, CHANGELOG_CONFIG, DISPATCH, SETTLED, TopicSpec
 
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
@@ -75,7 +75,8 @@ class Pipeline:
         self._topics: dict[str, Any] = {}
         self.stages = Stages(ctx, engines, self.publish)
         self.accounts = app.Table("accounts", default=None, key_type=str, value_type=bytes,
-                                  partitions=self.settings.partitions)
+                                  partitions=self.settings.partitions,
+                                  extra_topic_configs=CHANGELOG_CONFIG)
 
     def topic(self, spec: TopicSpec[Any]) -> Any:
         name = self.settings.topic_prefix + spec.name

@@ -41,6 +41,7 @@ from stores.context import Context
 from stores.metrics import Metrics
 from stores.objects import ObjectMissing
 from stores.transcripts import Transcripts
+from topologies.topics import CHANGELOG_CONFIG
 
 from . import webhook_signing
 from .netguard import AddressPolicy, DeliveryError, post_json
@@ -248,7 +249,8 @@ class WebhookScheduler:
         self.schedule = tuple(ctx.settings.webhooks.retry_schedule_s)
         self.clock = clock
         self.table = app.Table(TABLE, default=None, key_type=str, value_type=bytes,
-                               partitions=self.partitions, use_partitioner=True)
+                               partitions=self.partitions, use_partitioner=True,
+                               extra_topic_configs=CHANGELOG_CONFIG)
         self._in_flight: dict[str, asyncio.Task[None]] = {}
 
     # --- agent ---------------------------------------------------------------------------------

@@ -5,11 +5,14 @@ Runs its own stack so it can kill and restart it without disturbing other tests.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from collections.abc import Iterator
 
 import pytest
+from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.stack import EvalServer, Stack
+from tests.stack import EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 
@@ -67,3 +70,56 @@ def test_state_survives_worker_kill_and_full_restart(own_stack: Stack,
     assert _used(own_stack, key)["used_seconds"] == pytest.approx(33.0, abs=0.01)
     accounts = own_stack.console("GET", "/accounts")["data"]
     assert account_id in {a["account"]["id"] for a in accounts}
+
+
+async def _changelog_records(bootstrap: str, suffix: str) -> tuple[int, int]:
+    """(records still readable, offsets written) over every partition of the changelog."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        topic = next(t for t in await consumer.topics() if t.endswith(suffix))
+        parts = [TopicPartition(topic, p) for p in consumer.partitions_for_topic(topic)]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        ends = await consumer.end_offsets(parts)
+        records, deadline = 0, time.monotonic() + 30
+        while any([await consumer.position(tp) < ends[tp] for tp in parts]):
+            assert time.monotonic() < deadline, "the changelog could not be read to its end"
+            batch = await consumer.getmany(timeout_ms=500)
+            records += sum(len(messages) for messages in batch.values())
+        return records, sum(ends.values())
+    finally:
+        await consumer.stop()
+
+
+JOBS = 250
+
+
+def test_the_accounts_changelog_is_compacted_as_it_grows(own_stack: Stack) -> None:
+    """An account's state is written whole on every change; old versions must not pile up
+    in the broker (the embedded one keeps its log in memory)."""
+    _, key = own_stack.new_account()
+    dead = f"http://127.0.0.1:{free_port()}/nothing.wav"  # refused: each job fails fast
+    with own_stack.client(key) as client:
+        ids = []
+        for n in range(JOBS):
+            resp = client.post("/v1/transcripts", json={"audio_url": dead, "metadata": {"n": n}})
+            assert resp.status_code == 201, resp.text
+            ids.append(resp.json()["id"])
+        for tid in reversed(ids):  # first in, first out: the last one ends last
+            assert own_stack.wait_transcript(client, tid, timeout_s=120)["status"] == "error"
+    bootstrap = f"127.0.0.1:{own_stack.env['A5S_EMBEDDED__KAFKA']}"
+    deadline = time.monotonic() + 60
+    while True:
+        records, written = asyncio.run(_changelog_records(bootstrap, "accounts-changelog"))
+        # Each job changes the account's state at least twice (queued, then ended);
+        # compaction keeps the latest version from each closed 1 MiB segment and the open
+        # segment as it is.
+        if written >= 2 * JOBS and records < written / 2:
+            break
+        assert time.monotonic() < deadline, (records, written)
+        time.sleep(2)
+    with own_stack.client(key) as client:  # and the compacted table still serves the account
+        resp = client.post("/v1/transcripts", json={"audio_url": dead})
+        assert resp.status_code == 201
+        assert own_stack.wait_transcript(client, resp.json()["id"])["status"] == "error"
