@@ -18,8 +18,9 @@ also after Whisper's English text normalizer), the end-to-end real-time factor
 per-job latency p50/p95 (created to completed, which includes waiting in the
 queue, and started to completed), processing time against audio length, and the
 service's overhead over the bare model (end-to-end wall time over the bare
-model's total time on the same audio). The load average is printed before and
-after: on a shared machine timings move with it.
+model's total time on the same audio), and the CPU time each process of a started
+stack (service, broker, Valkey) used during the service run. The load average is
+printed before and after: on a shared machine timings move with it.
 """
 
 from __future__ import annotations
