@@ -20,9 +20,11 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsErr
 
 from schemas.errors import UpstreamTimeout, UpstreamUnavailable
 from schemas.settings import Settings
-from topologies.topics import TOPICS, TopicSpec
+from topologies.graph import GRAPH
+from topologies.topics import CHANGELOG_CONFIG, TOPICS, TopicSpec
 
-__all__ = ["ensure_topics", "Producer", "map_kafka_errors", "topic_name", "pace_empty_fetches"]
+__all__ = ["ensure_topics", "changelog_names", "Producer", "map_kafka_errors", "topic_name",
+           "pace_empty_fetches"]
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +43,46 @@ async def map_kafka_errors() -> AsyncIterator[None]:
         raise UpstreamUnavailable(log=f"kafka: {exc!r}") from exc
 
 
+def changelog_names(settings: Settings) -> list[str]:
+    """The changelog topics Faust creates for the tables the graph declares."""
+    return [f"{settings.app_id}-{table}-changelog"
+            for table in sorted({t for node in GRAPH for t in node.tables})]
+
+
+async def _update_changelogs(admin: AIOKafkaAdminClient, names: list[str]) -> list[str]:
+    """Give changelogs made before ``CHANGELOG_CONFIG`` its settings; returns those changed.
+
+    Faust creates a missing changelog with the settings but leaves an existing one as it
+    is. AlterConfigs replaces a topic's whole set, so the set is Faust's own (compacted,
+    no retention: the tables are not windowed) plus ``CHANGELOG_CONFIG``.
+    """
+    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+    if not names:
+        return []
+    described = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, name) for name in names])
+    stale = []
+    for response in described:
+        for _, _, _, name, entries in response.resources:
+            current = {entry[0]: entry[1] for entry in entries}
+            if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items()):
+                stale.append(name)
+    if stale:
+        await admin.alter_configs([
+            ConfigResource(ConfigResourceType.TOPIC, name,
+                           configs={"cleanup.policy": "compact", **CHANGELOG_CONFIG})
+            for name in stale])
+        log.info("kafka: changelog settings updated on %s", stale)
+    return stale
+
+
 async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
-    """Create every declared topic that does not exist yet; returns the names created."""
+    """Create every declared topic that does not exist yet; returns the names created.
+
+    Table changelogs that already exist get ``CHANGELOG_CONFIG`` (Faust creates the
+    missing ones itself).
+    """
     for attempt in range(attempts):
         admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap,
                                     request_timeout_ms=10_000)
@@ -58,6 +98,8 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
                 except TopicAlreadyExistsError:
                     pass
                 log.info("kafka: created topics %s", [t.name for t in wanted])
+            await _update_changelogs(admin, [n for n in changelog_names(settings)
+                                             if n in existing])
             return [t.name for t in wanted]
         except KafkaError as exc:
             if attempt == attempts - 1:
