@@ -68,13 +68,20 @@ async def _update_changelogs(admin: AIOKafkaAdminClient, names: list[str]) -> li
             current = {entry[0]: entry[1] for entry in entries}
             if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items()):
                 stale.append(name)
-    if stale:
-        await admin.alter_configs([
-            ConfigResource(ConfigResourceType.TOPIC, name,
-                           configs={"cleanup.policy": "compact", **CHANGELOG_CONFIG})
-            for name in stale])
-        log.info("kafka: changelog settings updated on %s", stale)
-    return stale
+    if not stale:
+        return []
+    altered = await admin.alter_configs([
+        ConfigResource(ConfigResourceType.TOPIC, name,
+                       configs={"cleanup.policy": "compact", **CHANGELOG_CONFIG})
+        for name in stale])
+    refused = {name: message for response in altered
+               for code, message, _, name in response.resources if code}
+    if refused:  # e.g. no ALTER_CONFIGS permission on a managed cluster
+        log.warning("kafka: changelog settings not updated: %s", refused)
+    updated = [name for name in stale if name not in refused]
+    if updated:
+        log.info("kafka: changelog settings updated on %s", updated)
+    return updated
 
 
 async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
@@ -98,8 +105,11 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
                 except TopicAlreadyExistsError:
                     pass
                 log.info("kafka: created topics %s", [t.name for t in wanted])
-            await _update_changelogs(admin, [n for n in changelog_names(settings)
-                                             if n in existing])
+            try:
+                await _update_changelogs(admin, [n for n in changelog_names(settings)
+                                                 if n in existing])
+            except KafkaError as exc:  # the old settings work; only compaction waits
+                log.warning("kafka: could not update changelog settings: %r", exc)
             return [t.name for t in wanted]
         except KafkaError as exc:
             if attempt == attempts - 1:
