@@ -319,11 +319,12 @@ def main(argv: list[str] | None = None) -> None:
             base_url = stack.url("")
             _warm(base_url, keys[0], server.url("real/whisper/jfk.flac"))
         probes = run_probes(base_url, keys[0], server.url)
-        cpu_before = stack_cpu(stack.data_dir / "run") if stack is not None else {}
+        run_dir = stack.data_dir / "run" if stack is not None else None
+        cpu_before = stack_cpu(run_dir) if run_dir else {}
         jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
-        cpu_used = {name: seconds - cpu_before[name] for name, seconds in
-                    (stack_cpu(stack.data_dir / "run") if stack is not None else {}).items()
-                    if name in cpu_before}
+        cpu_after = stack_cpu(run_dir) if run_dir else {}
+        cpu_used = {name: cpu_after[name] - cpu_before[name]
+                    for name in cpu_after if name in cpu_before}
     finally:
         server.close()
         if stack is not None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
 from schemas.errors import UpstreamTimeout, UpstreamUnavailable
@@ -23,8 +24,8 @@ from schemas.settings import Settings
 from topologies.graph import GRAPH
 from topologies.topics import CHANGELOG_CONFIG, TOPICS, TopicSpec
 
-__all__ = ["ensure_topics", "changelog_names", "Producer", "map_kafka_errors", "topic_name",
-           "pace_empty_fetches"]
+__all__ = ["ensure_topics", "changelog_names", "topic_configs", "Producer", "map_kafka_errors",
+           "topic_name", "pace_empty_fetches"]
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +50,14 @@ def changelog_names(settings: Settings) -> list[str]:
             for table in sorted({t for node in GRAPH for t in node.tables})]
 
 
+async def topic_configs(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, dict[str, str]]:
+    """Each named topic's settings, defaults included, as the broker reports them."""
+    described = await admin.describe_configs(
+        [ConfigResource(ConfigResourceType.TOPIC, name) for name in names])
+    return {name: {entry[0]: entry[1] for entry in entries}
+            for response in described for _, _, _, name, entries in response.resources}
+
+
 async def _update_changelogs(admin: AIOKafkaAdminClient, names: list[str]) -> list[str]:
     """Give changelogs made before ``CHANGELOG_CONFIG`` its settings; returns those changed.
 
@@ -56,18 +65,10 @@ async def _update_changelogs(admin: AIOKafkaAdminClient, names: list[str]) -> li
     is. AlterConfigs replaces a topic's whole set, so the set is Faust's own (compacted,
     no retention: the tables are not windowed) plus ``CHANGELOG_CONFIG``.
     """
-    from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
     if not names:
         return []
-    described = await admin.describe_configs(
-        [ConfigResource(ConfigResourceType.TOPIC, name) for name in names])
-    stale = []
-    for response in described:
-        for _, _, _, name, entries in response.resources:
-            current = {entry[0]: entry[1] for entry in entries}
-            if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items()):
-                stale.append(name)
+    stale = [name for name, current in (await topic_configs(admin, names)).items()
+             if any(current.get(k) != v for k, v in CHANGELOG_CONFIG.items())]
     if not stale:
         return []
     altered = await admin.alter_configs([

@@ -4,50 +4,46 @@ their settings changed."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 
 from ops.embedded import EmbeddedStack
 from schemas.settings import EmbeddedPorts, Settings
-from stores.kafka import changelog_names, ensure_topics, topic_name
+from stores.kafka import changelog_names, ensure_topics, topic_configs, topic_name
 from tests.stack import free_port
 from topologies.topics import CHANGELOG_CONFIG, TOPICS
 
 pytestmark = pytest.mark.stack
 
 
-async def _configs(settings: Settings, names: list[str]) -> dict[str, dict[str, str]]:
+@contextlib.asynccontextmanager
+async def _admin(settings: Settings) -> AsyncIterator[AIOKafkaAdminClient]:
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
     await admin.start()
     try:
-        described = await admin.describe_configs(
-            [ConfigResource(ConfigResourceType.TOPIC, name) for name in names])
-        return {name: {e[0]: e[1] for e in entries}
-                for response in described for _, _, _, name, entries in response.resources}
+        yield admin
     finally:
         await admin.close()
+
+
+async def _configs(settings: Settings, names: list[str]) -> dict[str, dict[str, str]]:
+    async with _admin(settings) as admin:
+        return await topic_configs(admin, names)
 
 
 async def _topics(settings: Settings) -> set[str]:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
-    await admin.start()
-    try:
+    async with _admin(settings) as admin:
         return set(await admin.list_topics())
-    finally:
-        await admin.close()
 
 
 async def _create_old_changelog(settings: Settings, name: str) -> None:
-    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap)
-    await admin.start()
-    try:
+    async with _admin(settings) as admin:
         await admin.create_topics([NewTopic(name, settings.partitions, 1,
                                             topic_configs={"cleanup.policy": "compact"})])
-    finally:
-        await admin.close()
 
 
 def test_declared_topics_are_created_and_old_changelogs_get_their_settings(
