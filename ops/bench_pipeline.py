@@ -1,12 +1,14 @@
 """End-to-end batch benchmark: real speech through the service API, against the bare model.
 
-``python -m ops.bench_pipeline [--asterisk16 60] [--accounts 4] [--url URL --key KEY]``
+``python -m ops.bench_pipeline [--asterisk16 60] [--accounts 4] [--min-seconds S]
+[--url URL --key KEY]``
 
 Starts an embedded stack (``a5s up`` in a temporary directory, as the integration
 tests do) or uses a running one (``--url`` and ``--key``), serves the eval set on
 loopback, submits its real-speech items with a quoted reference (every item of
 pocketsphinx, whisper, speechbrain, deepspeech and asterisk_8k, plus an even
-sample of ``--asterisk16`` asterisk_16k prompts) all at once, spread over
+sample of ``--asterisk16`` asterisk_16k prompts; with ``--min-seconds``, only
+those at least that long) all at once, spread over
 ``--accounts`` accounts (each runs five jobs at a time), and waits for them.
 Then, with the stack stopped, it times the bare models (what the stages run:
 decode, Silero VAD, chunk plan, Whisper, speaker embeddings; see ``run_bare``)
@@ -18,9 +20,11 @@ also after Whisper's English text normalizer), the end-to-end real-time factor
 per-job latency p50/p95 (created to completed, which includes waiting in the
 queue, and started to completed), processing time against audio length, and the
 service's overhead over the bare model (end-to-end wall time over the bare
-model's total time on the same audio), and the CPU time each process of a started
-stack (service, broker, Valkey) used during the service run. The load average is
-printed before and after: on a shared machine timings move with it.
+model's total time on the same audio), the CPU time each process of a started
+stack (service, broker, Valkey) and this client used during the service run, and
+what all of that used beyond the bare run's CPU time, per job: the service's cost
+is mostly a fixed amount per job, so its share falls as jobs get longer. The load
+average is printed before and after: on a shared machine timings move with it.
 """
 
 from __future__ import annotations
@@ -71,8 +75,10 @@ class Job:
     created_at: datetime | None = None
 
 
-def choose_items(manifest: dict[str, Any], asterisk16: int) -> list[dict[str, Any]]:
-    """Every scored item of ``FULL_GROUPS`` plus an even sample of asterisk_16k."""
+def choose_items(manifest: dict[str, Any], asterisk16: int,
+                 min_seconds: float = 0.0) -> list[dict[str, Any]]:
+    """Every scored item of ``FULL_GROUPS`` plus an even sample of asterisk_16k;
+    with ``min_seconds``, only the items at least that long."""
     scored = [i for i in select_items(manifest, [], None)
               if not i["reference_text"].lstrip().startswith(("(", "<", "["))]
     chosen = [i for i in scored if i["path"].split("/")[1] in FULL_GROUPS]
@@ -81,7 +87,8 @@ def choose_items(manifest: dict[str, Any], asterisk16: int) -> list[dict[str, An
     if asterisk16 and a16:
         step = len(a16) / min(asterisk16, len(a16))
         chosen += [a16[int(k * step)] for k in range(min(asterisk16, len(a16)))]
-    return sorted(chosen, key=lambda i: i["path"])
+    return sorted((i for i in chosen if (i["duration"] or 0.0) >= min_seconds),
+                  key=lambda i: i["path"])
 
 
 def _at(stamp: str) -> datetime:
@@ -163,7 +170,7 @@ def run_probes(base_url: str, key: str, audio_url: Any) -> dict[str, float]:
 
 
 def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
-             ) -> tuple[float, dict[str, str], dict[str, float], str]:
+             ) -> tuple[float, float, dict[str, str], dict[str, float], str]:
     """The service's models on the same files, in this process, with nothing around them.
 
     Each file goes through what the stages run (``pipeline.engines.Engines``:
@@ -176,8 +183,8 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
     own, as the service's probes were. Model loading is not timed.
 
     Returns:
-        Wall seconds over ``paths``, the text of each file, the seconds of each
-        file (those of ``alone`` timed alone), and the layout used.
+        Wall and CPU seconds over ``paths``, the text of each file, the seconds of
+        each file (those of ``alone`` timed alone), and the layout used.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -207,14 +214,14 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
     try:
         one(paths[0])  # warm-up
         with ThreadPoolExecutor(layout.workers) as pool:
-            started = time.perf_counter()
+            started, cpu = time.perf_counter(), time.process_time()
             list(pool.map(one, paths))
-            wall = time.perf_counter() - started
+            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
         for path in alone:
             one(path)
     finally:
         engines.close()
-    return wall, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)"
+    return wall, cpu, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)"
 
 
 def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
@@ -278,6 +285,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")
     parser.add_argument("--asterisk16", type=int, default=60,
                         help="how many asterisk_16k prompts to add (even sample)")
+    parser.add_argument("--min-seconds", type=float, default=0.0,
+                        help="only items at least this long (the overhead of longer jobs)")
     parser.add_argument("--accounts", type=int, default=4,
                         help="accounts to spread the jobs over (five running each)")
     parser.add_argument("--url", help="a running service's base URL (default: start a stack)")
@@ -292,7 +301,7 @@ def main(argv: list[str] | None = None) -> None:
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
     durations = {i["path"]: i["duration"] or 0.0 for i in manifest["items"]}
-    items = choose_items(manifest, args.asterisk16)
+    items = choose_items(manifest, args.asterisk16, args.min_seconds)
     groups: dict[str, list[float]] = {}
     for item in items:
         groups.setdefault(item["path"].split("/")[1], []).append(item["duration"])
@@ -321,23 +330,32 @@ def main(argv: list[str] | None = None) -> None:
         probes = run_probes(base_url, keys[0], server.url)
         run_dir = stack.data_dir / "run" if stack is not None else None
         cpu_before = stack_cpu(run_dir) if run_dir else {}
+        own_before = time.process_time()
         jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
         cpu_after = stack_cpu(run_dir) if run_dir else {}
         cpu_used = {name: cpu_after[name] - cpu_before[name]
                     for name in cpu_after if name in cpu_before}
+        cpu_used["benchmark client"] = time.process_time() - own_before
     finally:
         server.close()
         if stack is not None:
             stack.stop()
     print(f"load average after the service run {_load()}")
-    bare_s, bare_texts, bare_each, bare_layout = (None, {}, {}, "") if args.no_bare else run_bare(
-        args.eval, [j.path for j in jobs if j.status == "completed"], list(PROBES), args.model)
+    bare_s, bare_cpu, bare_texts, bare_each, bare_layout = (
+        (None, 0.0, {}, {}, "") if args.no_bare else run_bare(
+            args.eval, [j.path for j in jobs if j.status == "completed"], list(PROBES),
+            args.model))
     if bare_s is not None:
         print(f"load average after the bare run {_load()}")
     report(jobs, wall, bare_s, bare_texts, bare_layout, args.quiet)
     if cpu_used:
-        print("CPU time of the stack's processes during the service run: " + ", ".join(
-            f"{name} {seconds:.1f} s" for name, seconds in cpu_used.items()))
+        print("CPU time during the service run (the stack's processes, and this one: "
+              "submitting, polling, serving the audio): " + ", ".join(
+                  f"{name} {seconds:.1f} s" for name, seconds in cpu_used.items()))
+    if cpu_used and bare_s is not None and jobs:
+        beyond = sum(cpu_used.values()) - bare_cpu
+        print(f"CPU beyond the models: {beyond:.1f} s (all of the above less the bare run's "
+              f"{bare_cpu:.1f} s), {beyond / len(jobs) * 1000:.0f} ms per job")
     print("\none job at a time on the idle service (submission to completion) vs the bare model:")
     for path, seconds in probes.items():
         bare = f"{bare_each[path]:5.1f} s" if path in bare_each else "    -"

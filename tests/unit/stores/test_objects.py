@@ -72,6 +72,15 @@ async def test_file_store_roundtrip(fs: FileStore, tmp_path: Path) -> None:
     assert not (fs.root / "jobs" / "tr_1").exists(), "emptied folders are pruned"
 
 
+async def test_file_store_under_a_symlinked_root(tmp_path: Path) -> None:
+    """A data directory reached through a symlink lists keys relative to the store."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real", target_is_directory=True)
+    store = FileStore(tmp_path / "link" / "objects")
+    await _roundtrip(store, tmp_path)
+    assert not (tmp_path / "real" / "objects" / "jobs" / "tr_1").exists()
+
+
 async def test_file_store_refuses_escaping_keys(fs: FileStore) -> None:
     with pytest.raises(Exception):
         await fs.put_bytes("../outside", b"x")
