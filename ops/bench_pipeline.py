@@ -302,6 +302,8 @@ def main(argv: list[str] | None = None) -> None:
     manifest = json.loads((args.eval / "manifest.json").read_text())
     durations = {i["path"]: i["duration"] or 0.0 for i in manifest["items"]}
     items = choose_items(manifest, args.asterisk16, args.min_seconds)
+    if not items:
+        parser.error(f"no scored item is {args.min_seconds:g} s or longer")
     groups: dict[str, list[float]] = {}
     for item in items:
         groups.setdefault(item["path"].split("/")[1], []).append(item["duration"])
@@ -335,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
         cpu_after = stack_cpu(run_dir) if run_dir else {}
         cpu_used = {name: cpu_after[name] - cpu_before[name]
                     for name in cpu_after if name in cpu_before}
-        cpu_used["benchmark client"] = time.process_time() - own_before
+        if cpu_used:  # a stack of our own: what this client costs beside it
+            cpu_used["benchmark client"] = time.process_time() - own_before
     finally:
         server.close()
         if stack is not None:
@@ -352,7 +355,7 @@ def main(argv: list[str] | None = None) -> None:
         print("CPU time during the service run (the stack's processes, and this one: "
               "submitting, polling, serving the audio): " + ", ".join(
                   f"{name} {seconds:.1f} s" for name, seconds in cpu_used.items()))
-    if cpu_used and bare_s is not None and jobs:
+    if cpu_used and bare_s is not None:
         beyond = sum(cpu_used.values()) - bare_cpu
         print(f"CPU beyond the models: {beyond:.1f} s (all of the above less the bare run's "
               f"{bare_cpu:.1f} s), {beyond / len(jobs) * 1000:.0f} ms per job")
