@@ -62,6 +62,10 @@ class Engines:
     def __init__(self, settings: Settings, registry: Any = None) -> None:
         """``registry``: the process's Prometheus registry, for the ASR batch-size histogram."""
         from .asr.batching import BatchingTranscriber, BatchOptions
+        # What the pools' threads import, imported here on the constructing thread first:
+        # scipy's package set-up breaks for good when two threads run it at once, and after
+        # a restart replayed records reach the stages while warm() is still loading.
+        from . import audio, diarization, vad  # noqa: F401
         self.settings = settings
         self.layout = layout = AsrLayout.of(settings.models)
         self.pool = ThreadPoolExecutor(1, thread_name_prefix="models")
