@@ -52,13 +52,12 @@ class FileStore:
     """Objects as files under ``root``; writes land atomically (temp file, then rename)."""
 
     def __init__(self, root: Path) -> None:
-        self.root = root
         root.mkdir(parents=True, exist_ok=True)
-        self._real_root = root.resolve()  # once: every object call checks against it
+        self.root = root.resolve()  # once: every object call checks against it
 
     def path(self, key: str) -> Path:
-        path = (self._real_root / key).resolve()
-        if not path.is_relative_to(self._real_root):
+        path = (self.root / key).resolve()
+        if not path.is_relative_to(self.root):
             raise InternalError(log=f"object key escapes the store: {key!r}")
         return path
 
@@ -116,9 +115,8 @@ class FileStore:
         path = self.path(key)
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
-        root = self._real_root
         for parent in path.parents:  # prune emptied folders so nothing of a job lingers
-            if parent == root or not parent.is_relative_to(root):
+            if parent == self.root or not parent.is_relative_to(self.root):
                 break
             try:
                 parent.rmdir()
@@ -135,7 +133,7 @@ class FileStore:
         return len(items)
 
     async def list(self, prefix: str) -> list[ObjectInfo]:
-        base = self.path(prefix.rstrip("/")) if prefix.strip("/") else self._real_root
+        base = self.path(prefix.rstrip("/")) if prefix.strip("/") else self.root
         if base.is_file():
             st = base.stat()
             return [ObjectInfo(prefix, st.st_size, st.st_mtime)]
@@ -145,7 +143,7 @@ class FileStore:
         for path in base.rglob("*"):
             if path.is_file() and not path.name.startswith(".tmp-"):
                 st = path.stat()
-                out.append(ObjectInfo(str(path.relative_to(self._real_root)), st.st_size, st.st_mtime))
+                out.append(ObjectInfo(str(path.relative_to(self.root)), st.st_size, st.st_mtime))
         return out
 
     async def ping(self) -> float:
