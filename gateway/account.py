@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from schemas.api import MODELS, Account, Health
+from schemas.api import ASYNC_MODEL, STREAMING_MODEL, Account, Health, model_list
 from schemas.rows import AccountRow
 from stores.context import Context
 
@@ -23,11 +23,17 @@ async def account_resource(ctx: Context, account: AccountRow) -> Account:
                    models=account.models(queued, int(ledger["processing"])))
 
 
+def engines(ctx: Context) -> dict[str, str]:
+    """Model id -> engine, from the settings the service started with."""
+    m = ctx.settings.models
+    return {ASYNC_MODEL: m.batch_engine, STREAMING_MODEL: m.streaming_engine}
+
+
 class ModelsHandler(BaseHandler):
     QUERY = {"GET": ()}
 
     async def get(self) -> None:
-        self.send(MODELS)
+        self.send(model_list(engines(self.ctx)))
 
 
 class AccountHandler(BaseHandler):
@@ -44,5 +50,5 @@ class HealthHandler(BaseHandler):
     async def get(self) -> None:
         components = await self.ctx.health()
         ok = all(c.ok for c in components.values())
-        self.send(Health(status="ok" if ok else "degraded", components=components),
-                  200 if ok else 503)
+        self.send(Health(status="ok" if ok else "degraded", components=components,
+                         engines=engines(self.ctx)), 200 if ok else 503)

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import click
@@ -17,8 +18,17 @@ from schemas.settings import Settings
 __all__ = ["main"]
 
 
-def _settings(data_dir: str | None) -> Settings:
-    return Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+def _settings(data_dir: str | None, check: bool = True) -> Settings:
+    """The settings; ``check``: validate the engine settings first (what serves models)."""
+    settings = Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+    if not check:
+        return settings
+    from ops.models_check import startup_check
+    try:
+        startup_check(settings)
+    except FileNotFoundError as exc:  # one line, before anything starts
+        raise click.ClickException(str(exc)) from None
+    return settings
 
 
 data_dir_option = click.option("--data-dir", envvar="A5S_DATA_DIR", default=None,
@@ -167,6 +177,22 @@ def worker(data_dir: str | None) -> None:
     sys.exit(run(_settings(data_dir), {"worker"}))
 
 
+@main.group()
+def models() -> None:
+    """Model directories for the Zipformer engine (see docs/models.md)."""
+
+
+@models.command("check")
+@click.argument("model_dir", type=click.Path(file_okay=False, path_type=Path))
+def models_check(model_dir: Path) -> None:
+    """Say what an icefall export in MODEL_DIR holds and decode a bundled clip with it."""
+    from ops.models_check import check_dir
+    try:
+        check_dir(model_dir, click.echo)
+    except FileNotFoundError as exc:
+        raise click.ClickException(str(exc)) from None
+
+
 @main.command()
 def topology() -> None:
     """Print every topic and which component reads and writes it."""
@@ -181,7 +207,7 @@ def topology() -> None:
 @click.pass_context
 def admin(ctx: click.Context, data_dir: str | None) -> None:
     """Accounts, keys and webhook secrets (talks to the running service's console)."""
-    ctx.obj = _settings(data_dir)
+    ctx.obj = _settings(data_dir, check=False)
 
 
 def _console(settings: Settings, method: str, path: str, body: Any = None) -> Any:

@@ -26,7 +26,7 @@ from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines", "AsrLayout"]
+__all__ = ["Engines", "AsrLayout", "load_zipformer"]
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +54,21 @@ class AsrLayout:
         workers = m.asr_workers or max(1, min(4, cores))
         return cls(device, workers, m.cpu_threads or max(1, cores // workers),
                    m.batch_size or 1)
+
+
+def load_zipformer(m: ModelSettings, layout: AsrLayout) -> Any:
+    """The batch Zipformer of ``m.batch_model_dir``: sherpa-onnx for an ONNX export, the
+    torch engine for a TorchScript one."""
+    from .models import zipformer_form
+    if zipformer_form(m.batch_model_dir) == "onnx":
+        from .asr.transducer import TransducerEngine, TransducerOptions
+        return TransducerEngine(m.batch_model_dir, TransducerOptions(
+            num_threads=layout.threads, provider=layout.device,
+            decoding_method=m.zipformer_decoding, max_active_paths=m.zipformer_beam))
+    from .asr.torch_transducer import TorchTransducerEngine, TorchTransducerOptions
+    return TorchTransducerEngine(m.batch_model_dir, TorchTransducerOptions(
+        device=layout.device, num_threads=layout.threads, decoding_method=m.zipformer_decoding,
+        beam=m.zipformer_beam))
 
 
 class Engines:
@@ -107,6 +122,11 @@ class Engines:
     @property
     def asr(self) -> Any:
         with self._lock:
+            if self._asr is None and self.settings.models.batch_engine == "zipformer":
+                self._asr = load_zipformer(self.settings.models, self.layout)
+                log.info("models: %s loaded on %s (%d decodes at once, batches of up to %d)",
+                         self._asr.name, self.layout.device, self.layout.workers,
+                         self.layout.batch_size)
             if self._asr is None:
                 from .asr.whisper import WhisperEngine, WhisperOptions
                 from .models import resolve_whisper

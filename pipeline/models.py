@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 
-__all__ = ["WHISPER_ALIASES", "resolve_whisper", "TransducerFiles", "resolve_transducer"]
+__all__ = ["WHISPER_ALIASES", "resolve_whisper", "TransducerFiles", "resolve_transducer",
+           "TORCHSCRIPT_NAMES", "resolve_torchscript", "zipformer_form", "check_engines"]
 
 WHISPER_ALIASES = ("base", "tiny.en")
 """Whisper models that ship inside installed packages."""
@@ -156,3 +157,75 @@ def resolve_transducer(model_dir: str | Path, *, prefer_int8: bool = False) -> T
         raise FileNotFoundError(f"tokens.txt not found in {model_dir}")
     return TransducerFiles(pick("encoder"), pick("decoder"), pick("joiner"), tokens)
 
+
+
+TORCHSCRIPT_NAMES = ("jit_script.pt", "cpu_jit.pt")
+"""What icefall's ``export.py --jit 1`` writes, in the order a5s looks for them."""
+
+
+def resolve_torchscript(model_dir: str | Path) -> tuple[Path, Path]:
+    """The TorchScript model and ``tokens.txt`` of an icefall ``export.py --jit 1`` export.
+
+    Raises:
+        FileNotFoundError: the model or ``tokens.txt`` is missing.
+    """
+    model_dir = Path(model_dir).expanduser()
+    for name in TORCHSCRIPT_NAMES:
+        if (model_dir / name).is_file():
+            break
+    else:
+        raise FileNotFoundError(f"no {' or '.join(TORCHSCRIPT_NAMES)} in {model_dir}")
+    tokens = model_dir / "tokens.txt"
+    if not tokens.is_file():
+        raise FileNotFoundError(f"tokens.txt not found in {model_dir}")
+    return model_dir / name, tokens
+
+
+def zipformer_form(model_dir: str | Path) -> str:
+    """Which icefall export a directory holds: ``onnx`` or ``torchscript``.
+
+    Raises:
+        FileNotFoundError: neither form is complete there; the message names what is missing.
+    """
+    model_dir = Path(model_dir).expanduser()
+    if not str(model_dir) or not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory not found: {model_dir or '(empty)'}")
+    if any(model_dir.glob("encoder*.onnx")):
+        resolve_transducer(model_dir)
+        return "onnx"
+    if any((model_dir / n).is_file() for n in TORCHSCRIPT_NAMES):
+        resolve_torchscript(model_dir)
+        return "torchscript"
+    raise FileNotFoundError(
+        f"no icefall export in {model_dir}: expected encoder*.onnx, decoder*.onnx, "
+        f"joiner*.onnx and tokens.txt (ONNX) or {' / '.join(TORCHSCRIPT_NAMES)} and "
+        f"tokens.txt (TorchScript)")
+
+
+def check_engines(batch_engine: str, batch_dir: str, streaming_engine: str,
+                  streaming_dir: str) -> dict[str, str]:
+    """Validate the engine settings without loading a model (start-up check).
+
+    Returns:
+        model id -> engine description, e.g. ``zipformer (onnx, /models/zf)``.
+
+    Raises:
+        FileNotFoundError: one line naming the setting and the missing file.
+    """
+    out = {"a5s-async-v1": "whisper", "a5s-v2-streaming": "whisper"}
+    for model, engine, setting, path in (
+            ("a5s-async-v1", batch_engine, "models.batch_model_dir", batch_dir),
+            ("a5s-v2-streaming", streaming_engine, "models.streaming_model_dir", streaming_dir)):
+        if engine != "zipformer":
+            continue
+        try:
+            form = zipformer_form(path)
+        except FileNotFoundError as exc:
+            raise FileNotFoundError(f"{setting} (A5S_{setting.upper().replace('.', '__')}): "
+                                    f"{exc}") from None
+        if model == "a5s-v2-streaming" and form != "onnx":
+            raise FileNotFoundError(
+                f"{setting}: {path} holds a TorchScript export; the streaming engine needs "
+                f"icefall's export-onnx-streaming.py output (encoder/decoder/joiner .onnx)")
+        out[model] = f"zipformer ({form}, {Path(path).expanduser()})"
+    return out

@@ -24,6 +24,7 @@ __all__ = [
     "UploadUrl", "Model", "ModelList", "UsageLimit", "AsyncModelEntry", "StreamingModelEntry",
     "AccountModels", "Account", "UsageModelRef", "UsageDay", "UsageTotals", "UsageByKey",
     "Usage", "WebhookEvent", "CreateTranscript", "Health", "ComponentHealth", "MODELS",
+    "model_list",
     "FIELD_MAXIMA", "METADATA_MAX_BYTES",
 ]
 
@@ -163,6 +164,8 @@ class Model(_Resource):
     type: Literal["async", "streaming"]
     languages: list[str] = Field(default_factory=lambda: ["en"])
     endpoint: str
+    engine: str | None = None
+    """Which recognition engine serves it (``whisper`` or ``zipformer``); a5s extension."""
 
 
 class ModelList(_Resource):
@@ -279,6 +282,14 @@ class ComponentHealth(_Resource):
 class Health(_Resource):
     status: Literal["ok", "degraded"]
     components: dict[str, ComponentHealth]
+    engines: dict[str, str] = Field(default_factory=dict)
+    """Model id -> the engine serving it (``whisper`` or ``zipformer``)."""
+
+
+def model_list(engines: dict[str, str]) -> ModelList:
+    """:data:`MODELS` with each model's engine filled in."""
+    return ModelList(data=[m.model_copy(update={"engine": engines.get(m.id)})
+                           for m in MODELS.data])
 
 
 _CREDENTIALS = re.compile(r"^[^/]*@")

@@ -86,6 +86,24 @@ class ModelSettings(BaseModel):
     streaming_partial: str = "tiny.en"
     streaming_final: str = "tiny.en"
     """Measured: as accurate as ``base`` for short phrases at half the decode time."""
+    batch_engine: Literal["whisper", "zipformer"] = "whisper"
+    """What serves ``a5s-async-v1``: the packaged Whisper, or an operator's icefall
+    transducer in ``batch_model_dir`` (ONNX or TorchScript export; see docs/models.md)."""
+    batch_model_dir: str = ""
+    """The Zipformer export for batch jobs (needed when ``batch_engine`` is ``zipformer``)."""
+    streaming_engine: Literal["whisper", "zipformer"] = "whisper"
+    """What serves ``a5s-v2-streaming``: Whisper per VAD segment, or an operator's streaming
+    icefall transducer in ``streaming_model_dir`` (ONNX, decoded chunk by chunk)."""
+    streaming_model_dir: str = ""
+    """The streaming Zipformer ONNX export (``export-onnx-streaming.py``)."""
+    zipformer_decoding: Literal["greedy_search", "modified_beam_search"] = "greedy_search"
+    """Search of the batch Zipformer (streaming always uses ``modified_beam_search``, which
+    custom vocabulary needs)."""
+    zipformer_beam: int = Field(4, ge=1, le=16)
+    """Active paths of ``modified_beam_search``."""
+    zipformer_truecase: bool = True
+    """Restore casing of uppercase streaming Zipformer output with the ``truecase`` model
+    (about 0.65 GB of memory and 7 s to load, once per worker)."""
 
 
 class RealtimeSettings(BaseModel):

@@ -142,6 +142,14 @@ class RealtimeAgent:
 
     async def _load(self) -> None:
         started = time.monotonic()
+        m = self.settings.models
+        if m.streaming_engine == "zipformer":  # chunk-by-chunk transducer: its own module
+            from .zipformer import load_engine
+            self.engine = await load_engine(  # type: ignore[assignment]
+                m.streaming_model_dir, self.settings.data_path / "models", m.zipformer_truecase,
+                self.opts.worker_max_sessions)
+            log.info("realtime: zipformer loaded in %.1f s", time.monotonic() - started)
+            return
         try:
             models = await self._load_models()
         except Exception:
