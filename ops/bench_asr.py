@@ -1,6 +1,8 @@
 """Batch ASR benchmark: word error rate and real-time factor on the shared eval set.
 
 ``python -m ops.bench_asr [--model base] [--limit N] [--group NAME ...]``
+``python -m ops.bench_asr --engine zipformer (--model-dir DIR | --stand-in) [--batch-sizes 1,8,16]``
+(throughput of one-at-a-time vs batched TorchScript decoding: see :mod:`ops.bench_zipformer`)
 
 Runs the bare batch path on each real-speech item that has an exact reference:
 decode to PCM, Silero VAD, chunk plan, Whisper. Items whose reference describes
@@ -137,10 +139,26 @@ def main(argv: list[str] | None = None) -> None:
                         help="pad every chunk to Whisper's 30 s window (faster-whisper's way) "
                              "instead of fitting the encoder window to the chunk")
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
+    parser.add_argument("--engine", choices=("whisper", "zipformer"), default="whisper")
+    parser.add_argument("--model-dir", type=Path, default=None,
+                        help="zipformer: an icefall TorchScript export (jit_script.pt/cpu_jit.pt)")
+    parser.add_argument("--stand-in", action="store_true",
+                        help="zipformer: time a random-weight model of Zipformer-like size")
+    parser.add_argument("--batch-sizes", default="1,8,16",
+                        type=lambda s: [int(x) for x in s.split(",")],
+                        help="zipformer: comma-separated batch sizes (1 = one at a time)")
+    parser.add_argument("--decoding", default="greedy_search",
+                        choices=("greedy_search", "modified_beam_search"))
     args = parser.parse_args(argv)
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
     items = select_items(manifest, args.group, args.limit)
+    if args.engine == "zipformer":
+        if not args.model_dir and not args.stand_in:
+            parser.error("--engine zipformer needs --model-dir DIR or --stand-in")
+        from ops.bench_zipformer import run
+        run(args, items)
+        return
     t0 = time.perf_counter()
     engine = WhisperEngine(resolve_whisper(args.model, args.cache_dir), WhisperOptions(
         beam_size=args.beam, cpu_threads=args.threads, device=args.device,
