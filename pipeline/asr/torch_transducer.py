@@ -12,8 +12,12 @@ this engine relies on (no k2, no icefall):
 A batch of chunks shares one encoder pass and one search: greedy search over the
 packed encoder output (the frame loop runs once for all chunks), or modified beam
 search with every chunk's hypotheses in one decoder and one joiner call per frame.
-Features come from kaldi-native-fbank with icefall's training options; they are
-computed on the CPU and moved to the model's device.
+Features are icefall's training fbank (80 bins, 25/10 ms povey windows, no dither,
+``snip_edges=False``, ``high_freq=-400``) from one of two extractors that agree within
+0.003 (log-mel units) on the eval clips: kaldi-native-fbank on the CPU (4.7x faster than
+lhotse's there: 0.04 s vs 0.19 s for 11 s of audio), or lhotse's torch ``Wav2LogFilterBank``,
+which runs batched on the model's device, so on a GPU the waveforms go up and features
+never come back to the CPU.
 """
 
 from __future__ import annotations
@@ -50,6 +54,8 @@ class TorchTransducerOptions(BaseModel):
     beam: int = Field(4, ge=1)
     """Hypotheses kept per chunk by ``modified_beam_search``."""
     feature_dim: int = Field(80, ge=1)
+    features: Literal["auto", "kaldi-native-fbank", "lhotse"] = "auto"
+    """Fbank extractor; ``auto``: lhotse on CUDA (on the GPU), kaldi-native-fbank on CPU."""
     frame_s: float = Field(0.04, gt=0)
     """Encoder frame length, s (10 ms features subsampled 4x)."""
     max_repeats: int = Field(4, ge=1)
@@ -88,6 +94,9 @@ class TorchTransducerEngine:
         with map_engine_errors("torch"):
             self._model = torch.jit.load(str(path), map_location=self.device).eval()
         self._symbols = _read_tokens(tokens)
+        use_lhotse = opts.features == "lhotse" or (opts.features == "auto" and
+                                                   self.device == "cuda")
+        self._lhotse = _lhotse_fbank(opts.feature_dim, self.device) if use_lhotse else None
         self._blank = int(self._model.decoder.blank_id)
         self._context = int(self._model.decoder.context_size)
 
@@ -99,21 +108,18 @@ class TorchTransducerEngine:
         """Recognise several chunks with one encoder pass and one search."""
         import torch
         out: list[list[TimedWord]] = [[] for _ in items]
-        feats = [(i, fbank(a, self.opts.feature_dim), a.size / SAMPLE_RATE, off)
-                 for i, (a, off) in enumerate(items) if np.size(a)]
-        feats = [f for f in feats if f[1].shape[0] >= 9]  # shorter than the encoder's kernel
-        if not feats:
+        live = [(i, a, off) for i, (a, off) in enumerate(items) if np.size(a) >= 1600]
+        if not live:  # under 0.1 s: shorter than the encoder's receptive field
             return out
         with map_engine_errors("torch"), torch.inference_mode():
-            x = torch.nn.utils.rnn.pad_sequence([torch.from_numpy(f) for _, f, _, _ in feats],
-                                                batch_first=True, padding_value=_LOG_EPS)
-            lens = torch.tensor([f.shape[0] for _, f, _, _ in feats], dtype=torch.int64)
-            enc, enc_lens = self._model.encoder(x.to(self.device), lens.to(self.device))
+            x, lens = self._features([a for _, a, _ in live])
+            enc, enc_lens = self._model.encoder(x, lens)
             if self.opts.decoding_method == "greedy_search":
                 hyps = self._greedy(enc, enc_lens)
             else:
                 hyps = self._beam(enc, enc_lens)
-        for (i, _, length, offset), (ids, frames, lps) in zip(feats, hyps, strict=True):
+        for (i, audio, offset), (ids, frames, lps) in zip(live, hyps, strict=True):
+            length = audio.size / SAMPLE_RATE
             tokens = [self._symbols.get(t, "") for t in ids]
             times = [f * self.opts.frame_s for f in frames]
             words = _words(tokens, times, lps, length, self.opts.frame_s)
@@ -121,6 +127,25 @@ class TorchTransducerEngine:
                                  w.probability) for w in words]
             out[i] = collapse_repeats(normalise_words(shifted), self.opts.max_repeats)
         return out
+
+    def _features(self, audios: list[np.ndarray]):
+        """Padded fbank of a batch on the model's device, and its frame counts."""
+        import torch
+        lens = torch.tensor([(a.size + 80) // 160 for a in audios], dtype=torch.int64)
+        if self._lhotse is not None:
+            waves = torch.nn.utils.rnn.pad_sequence(
+                [torch.from_numpy(np.ascontiguousarray(a, dtype=np.float32)) for a in audios],
+                batch_first=True).to(self.device)
+            x = self._lhotse(waves)[:, : int(lens.max())]
+            frame = torch.arange(x.size(1), device=self.device)
+            x = x.masked_fill((frame[None, :] >= lens.to(self.device)[:, None])[..., None],
+                              _LOG_EPS)
+        else:
+            feats = [torch.from_numpy(fbank(a, self.opts.feature_dim)) for a in audios]
+            lens = torch.tensor([f.shape[0] for f in feats], dtype=torch.int64)
+            x = torch.nn.utils.rnn.pad_sequence(feats, batch_first=True,
+                                                padding_value=_LOG_EPS).to(self.device)
+        return x, lens.to(self.device)
 
     # --- search -------------------------------------------------------------------------------
 
@@ -202,6 +227,13 @@ class TorchTransducerEngine:
             best = max(hs, key=lambda h: h[3] / max(1, len(h[0]) - ctx))
             out.append((list(best[0][ctx:]), list(best[1]), list(best[2])))
         return out
+
+
+def _lhotse_fbank(dim: int, device: str):
+    """lhotse's torch fbank with icefall's options, on ``device``."""
+    from lhotse.features.kaldi.layers import Wav2LogFilterBank
+    return Wav2LogFilterBank(sampling_rate=SAMPLE_RATE, num_filters=dim, dither=0.0,
+                             snip_edges=False, high_freq=-400.0).to(device).eval()
 
 
 def _read_tokens(path: Path) -> dict[int, str]:

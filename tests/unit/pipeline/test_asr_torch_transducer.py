@@ -86,6 +86,21 @@ def test_fbank_is_kaldi_80_bins_at_100_frames_per_second(jfk_audio: np.ndarray) 
     assert np.isfinite(feats).all()
 
 
+def test_lhotse_features_on_the_device_decode_as_kaldi_native_fbank(
+        jit_dir: Path, engine: TorchTransducerEngine, jfk_audio: np.ndarray) -> None:
+    lhotse = TorchTransducerEngine(jit_dir, TorchTransducerOptions(device="cpu",
+                                                                   features="lhotse"))
+    items = [(jfk_audio, 0.0), (jfk_audio[: 3 * SAMPLE_RATE + 77], 1.0)]
+    x_l, lens_l = lhotse._features([a for a, _ in items])
+    x_k, lens_k = engine._features([a for a, _ in items])
+    assert lens_l.tolist() == lens_k.tolist() and x_l.shape == x_k.shape
+    gap = (x_l - x_k).abs().amax(-1)
+    gap[1, int(lens_k[1]) - 1] = 0  # a batched row's last frame sees the padding, not its edge
+    assert float(gap.max()) < 0.01
+    ours, theirs = lhotse.transcribe_batch(items), engine.transcribe_batch(items)
+    assert [w.text for w in ours[0]] == [w.text for w in theirs[0]]
+
+
 def test_engine_selection_by_directory(jit_dir: Path, onnx_dir: Path, tmp_path: Path) -> None:
     assert zipformer_form(jit_dir) == "torchscript" and zipformer_form(onnx_dir) == "onnx"
     layout = AsrLayout("cpu", 1, 1, 4)
