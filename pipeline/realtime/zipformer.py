@@ -56,7 +56,6 @@ class ZipformerOptions(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     num_threads: int = Field(1, ge=1, description="ONNX Runtime threads per decode.")
-    decode_workers: int = Field(2, ge=1, description="Sessions decoded at once.")
     max_sessions: int = Field(10, ge=1, description="Sessions open at once; more are refused.")
     max_active_paths: int = Field(4, ge=1, description="Beam of modified beam search.")
     rule1_min_trailing_silence: float = Field(2.4, gt=0, description=(
@@ -155,21 +154,38 @@ class _Session:
     finished: bool = False
 
 
+@dataclass(eq=False)
+class _Work:
+    """Audio one ``accept`` (or ``finish``: ``last``) hands the scheduler, and its answer."""
+
+    session: _Session
+    samples: np.ndarray
+    last: bool
+    done: asyncio.Future[list[Update]]
+
+
 class ZipformerRealtimeEngine:
     """Runs live sessions on one :class:`ZipformerModel`; call from one event loop.
 
-    Each ``accept`` decodes every complete chunk of the audio received (on the engine's
-    named pool) and returns an update per decoded batch of chunks: a partial, or a final
-    when an endpoint rule fired.
+    One scheduler takes the audio every session has handed in since its last turn, feeds
+    it to the sessions' streams and decodes the ready chunks of all of them together
+    (``decode_streams``, one batched encoder call per round), on the engine's named
+    decode thread: the sherpa-onnx ``streaming_server`` pattern. Each ``accept`` returns
+    the updates of its audio: a partial per decoded round, a final when an endpoint rule
+    fired.
     """
 
     def __init__(self, model: ZipformerModel, options: ZipformerOptions | None = None) -> None:
         self._model = model
         self._opts = options or model.options
-        self._pool = ThreadPoolExecutor(self._opts.decode_workers,
-                                        thread_name_prefix="a5s-realtime-zipformer")
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="a5s-realtime-zipformer")
         self._sessions: dict[str, _Session] = {}
+        self._queue: list[_Work] = []
+        self._wake = asyncio.Event()
+        self._scheduler: asyncio.Task[None] | None = None
         self._closed = False
+        self.rounds: list[int] = []
+        """Streams decoded per ``decode_streams`` call, most recent last (at most 1000)."""
 
     @property
     def session_count(self) -> int:
@@ -203,13 +219,13 @@ class ZipformerRealtimeEngine:
         s = self._session(session_id)
         samples = pcm_to_float(pcm)
         async with s.lock:
-            return await self._run(s, samples, False)
+            return await self._submit(s, samples, False)
 
     async def finish(self, session_id: str) -> list[Update]:
         """End of audio: decode the rest; the last update is final with the whole text."""
         s = self._session(session_id)
         async with s.lock:
-            updates = await self._run(s, np.zeros(0, dtype=np.float32), True)
+            updates = await self._submit(s, np.zeros(0, dtype=np.float32), True)
         if not updates or not updates[-1].is_final:
             end = s.samples / _SR
             updates.append(Update(" ".join(s.settled), True, max(s.segment - 1, 0), end, end))
@@ -227,9 +243,12 @@ class ZipformerRealtimeEngine:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self._scheduler is not None:
+            self._scheduler.cancel()
+            await asyncio.gather(self._scheduler, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
 
-    # --- decoding (pool threads) --------------------------------------------------------------
+    # --- scheduling (event loop) --------------------------------------------------------------
 
     def _session(self, session_id: str) -> _Session:
         try:
@@ -237,41 +256,76 @@ class ZipformerRealtimeEngine:
         except KeyError:
             raise KeyError(f"unknown session {session_id!r}") from None
 
-    async def _run(self, s: _Session, samples: np.ndarray, last: bool) -> list[Update]:
+    async def _submit(self, s: _Session, samples: np.ndarray, last: bool) -> list[Update]:
         if s.finished:
             raise RuntimeError("audio after finish")
-        loop = asyncio.get_running_loop()
+        if self._scheduler is None or self._scheduler.done():
+            self._scheduler = asyncio.create_task(self._schedule(),
+                                                  name="a5s-realtime-zipformer-scheduler")
+        work = _Work(s, samples, last, asyncio.get_running_loop().create_future())
+        self._queue.append(work)
+        self._wake.set()
         try:
-            return await loop.run_in_executor(self._pool, self._step, s, samples, last)
+            return await work.done
         except (RuntimeError, ValueError) as exc:
             raise StreamError(StreamErrorCode.internal_error, "recognition failed") from exc
 
-    def _step(self, s: _Session, samples: np.ndarray, last: bool) -> list[Update]:
-        rec, stream = self._model.recognizer, s.stream
-        if samples.size:
-            stream.accept_waveform(_SR, samples)
-            s.samples += samples.size
-        if last:
-            pad = int(self._opts.tail_padding_s * _SR)
-            if pad:
-                stream.accept_waveform(_SR, np.zeros(pad, dtype=np.float32))
-            stream.input_finished()
-        updates: list[Update] = []
-        decoded = False
-        while rec.is_ready(stream):
-            rec.decode_stream(stream)
-            decoded = True
-            if rec.is_endpoint(stream):
-                updates += self._settle(s, reset=True)
-                decoded = False
-        words = self._model.words(stream)
-        if last:
-            return updates + self._settle(s, reset=False)
-        if decoded and words:
-            text = self._model.format(words, s.vocabulary, sentence=False)
-            updates.append(Update(" ".join([*s.settled, text]), False, s.segment,
-                                  s.segment_start / _SR, s.samples / _SR))
-        return updates
+    async def _schedule(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            if not self._queue:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            batch, self._queue = self._queue, []
+            try:
+                results = await loop.run_in_executor(self._pool, self._round, batch)
+            except Exception as exc:  # every caller in the round hears of it
+                for work in batch:
+                    if not work.done.done():
+                        work.done.set_exception(exc)
+                continue
+            for work, updates in zip(batch, results, strict=True):
+                if not work.done.done():
+                    work.done.set_result(updates)
+
+    # --- decoding (the decode thread) ---------------------------------------------------------
+
+    def _round(self, batch: list[_Work]) -> list[list[Update]]:
+        """Feed every session's audio, then decode all ready streams together until none is."""
+        rec = self._model.recognizer
+        updates: dict[int, list[Update]] = {id(w): [] for w in batch}
+        decoded: dict[int, bool] = {}
+        for work in batch:
+            s, stream = work.session, work.session.stream
+            if work.samples.size:
+                stream.accept_waveform(_SR, work.samples)
+                s.samples += work.samples.size
+            if work.last:
+                pad = int(self._opts.tail_padding_s * _SR)
+                if pad:
+                    stream.accept_waveform(_SR, np.zeros(pad, dtype=np.float32))
+                stream.input_finished()
+        owner = {id(w.session): w for w in batch}
+        while ready := [w for w in owner.values() if rec.is_ready(w.session.stream)]:
+            rec.decode_streams([w.session.stream for w in ready])
+            self.rounds = [*self.rounds[-999:], len(ready)]
+            for work in ready:
+                decoded[id(work)] = True
+                if rec.is_endpoint(work.session.stream):
+                    updates[id(work)] += self._settle(work.session, reset=True)
+                    decoded[id(work)] = False
+        for work in batch:
+            s = work.session
+            if owner[id(s)] is not work:
+                continue  # its session's later audio in this round reports for both
+            if work.last:
+                updates[id(work)] += self._settle(s, reset=False)
+            elif decoded.get(id(work)) and (words := self._model.words(s.stream)):
+                text = self._model.format(words, s.vocabulary, sentence=False)
+                updates[id(work)].append(Update(" ".join([*s.settled, text]), False, s.segment,
+                                                s.segment_start / _SR, s.samples / _SR))
+        return [updates[id(w)] for w in batch]
 
     def _settle(self, s: _Session, reset: bool) -> list[Update]:
         """Close the current segment at an endpoint (``reset``: the stream goes on) or at

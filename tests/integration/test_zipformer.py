@@ -141,3 +141,11 @@ def test_live_session_streams_partials_and_a_final(zf: Stack) -> None:
     assert "fellow" not in text.lower()
     # each message carries the whole transcript so far: the last final extends the first
     assert text.startswith(finals[0]["text"])
+
+
+def test_default_configuration_runs_whisper(stack: Stack) -> None:
+    models = httpx.get(stack.url("/v1/models")).json()["data"]
+    assert {m["id"]: m["engine"] for m in models} == {"a5s-async-v1": "whisper",
+                                                      "a5s-v2-streaming": "whisper"}
+    assert httpx.get(stack.url("/health")).json()["engines"] == {
+        "a5s-async-v1": "whisper", "a5s-v2-streaming": "whisper"}

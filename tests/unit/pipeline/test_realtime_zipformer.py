@@ -125,3 +125,28 @@ def test_bpe_vocab_written_once_from_tokens(model: ZipformerModel, tmp_path: Pat
     lines = written[0].read_text(encoding="utf-8").splitlines()
     assert lines[3] == f"{TOKENS[3]}\t-3" and len(lines) == len(TOKENS)
     assert np.all(np.diff([int(x.split("\t")[1]) for x in lines]) < 0)
+
+
+def test_concurrent_sessions_decode_together_with_the_same_words(model: ZipformerModel,
+                                                                 jfk_pcm: bytes) -> None:
+    alone = session(model, jfk_pcm)[-1].text
+
+    async def go():
+        engine = ZipformerRealtimeEngine(model, ZipformerOptions(max_sessions=3))
+        for sid in "abc":
+            engine.open(sid)
+
+        async def feed(sid: str, offset: int):
+            pcm = jfk_pcm[offset:] + jfk_pcm[:offset] if offset else jfk_pcm
+            for i in range(0, len(pcm), 3200):
+                await engine.accept(sid, pcm[i:i + 3200])
+            return (await engine.finish(sid))[-1].text
+
+        texts = await asyncio.gather(feed("a", 0), feed("b", 0), feed("c", 64000))
+        rounds = engine.rounds
+        await engine.aclose()
+        return texts, rounds
+
+    texts, rounds = asyncio.run(go())
+    assert texts[0] == texts[1] == alone and texts[2] != alone
+    assert max(rounds) == 3, "the three sessions' chunks went through one decode_streams call"
