@@ -142,12 +142,8 @@ class RealtimeAgent:
 
     async def _load(self) -> None:
         started = time.monotonic()
-        m = self.settings.models
-        if m.streaming_engine == "zipformer":  # chunk-by-chunk transducer: its own module
-            from .zipformer import load_engine
-            self.engine = await load_engine(  # type: ignore[assignment]
-                m.streaming_model_dir, self.settings.data_path / "models", m.zipformer_truecase,
-                self.opts.worker_max_sessions)
+        if self.settings.models.streaming_engine == "zipformer":
+            self.engine = await self._load_zipformer()  # type: ignore[assignment]
             log.info("realtime: zipformer loaded in %.1f s", time.monotonic() - started)
             return
         try:
@@ -158,6 +154,17 @@ class RealtimeAgent:
         self.engine = RealtimeEngine(models, EngineOptions(
             max_sessions=self.opts.worker_max_sessions))
         log.info("realtime: models loaded in %.1f s", time.monotonic() - started)
+
+    async def _load_zipformer(self) -> Any:
+        """The chunk-by-chunk transducer engine (its own module, same interface)."""
+        from .zipformer import load_engine
+        m = self.settings.models
+        try:
+            return await load_engine(m.streaming_model_dir, self.settings.data_path / "models",
+                                     m.zipformer_truecase, self.opts.worker_max_sessions)
+        except Exception:
+            log.exception("realtime: loading the streaming Zipformer failed")
+            raise
 
     async def _load_models(self) -> StreamingModels:
         m = self.settings.models
