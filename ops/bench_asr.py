@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
     parser.add_argument("--engine", choices=("whisper", "zipformer"), default="whisper")
     parser.add_argument("--model-dir", type=Path, default=None,
-                        help="zipformer: an icefall TorchScript export (jit_script.pt/cpu_jit.pt)")
+                        help="zipformer: an icefall export, TorchScript or ONNX (docs/models.md)")
     parser.add_argument("--stand-in", action="store_true",
                         help="zipformer: time a random-weight model of Zipformer-like size")
     parser.add_argument("--batch-sizes", default="1,8,16",

@@ -2,6 +2,8 @@
 
 ``python -m ops.bench_asr --engine zipformer (--model-dir DIR | --stand-in) [--batch-sizes 1,8,16]``
 
+``--model-dir`` takes either export form (ONNX runs on sherpa-onnx, TorchScript on torch).
+
 The eval items are decoded, VAD-split and chunk-planned once (as the batch pipeline
 does); then all their chunks are recognised as if from concurrent jobs, through the
 service's own :class:`~pipeline.asr.batching.BatchingTranscriber` with ``max_batch``
@@ -138,16 +140,18 @@ async def _decode_all(engine, chunks, batch: int) -> float:
 
 def run(args: argparse.Namespace, items: list[dict]) -> None:
     """Print the throughput table (``args`` from ``ops.bench_asr``)."""
-    from pipeline.asr.torch_transducer import TorchTransducerEngine, TorchTransducerOptions
+    from pipeline.engines import AsrLayout, load_zipformer
+    from schemas.settings import ModelSettings
     print("command: python -m ops.bench_asr " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     print("load average before: %.2f %.2f %.2f" % os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir or build_stand_in(Path(tmp) / "stand-in")
-        engine = TorchTransducerEngine(model_dir, TorchTransducerOptions(
-            device=args.device, num_threads=args.threads, decoding_method=args.decoding))
+        m = ModelSettings(batch_engine="zipformer", batch_model_dir=str(model_dir),
+                          zipformer_decoding=args.decoding)
+        engine = load_zipformer(m, AsrLayout(args.device, 1, args.threads, 1))
         chunks = _chunks(items, args.eval)
         audio_s = sum(a.size for a, _ in chunks) / SAMPLE_RATE
-        print(f"engine {engine.name} on {engine.device} ({args.threads} threads, "
+        print(f"engine {engine.name} on {args.device} ({args.threads} threads, "
               f"{args.decoding}); {len(items)} items, {len(chunks)} chunks, "
               f"{audio_s:.1f} s of speech"
               + (" [stand-in: random weights, speed only]" if not args.model_dir else ""))
