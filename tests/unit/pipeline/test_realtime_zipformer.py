@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pipeline.audio import decode_to_pcm, read_pcm
+from pipeline.audio import decode_to_pcm
 from pipeline.realtime import VocabularyTerm
 from pipeline.realtime.vocabulary import Vocabulary
 from pipeline.realtime.zipformer import (ZipformerModel, ZipformerOptions,
