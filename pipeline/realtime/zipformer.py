@@ -246,6 +246,10 @@ class ZipformerRealtimeEngine:
         if self._scheduler is not None:
             self._scheduler.cancel()
             await asyncio.gather(self._scheduler, return_exceptions=True)
+        for work in self._queue:  # nobody will decode these: their callers hear so
+            if not work.done.done():
+                work.done.set_exception(RuntimeError("the recognizer is shutting down"))
+        self._queue.clear()
         await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown)
 
     # --- scheduling (event loop) --------------------------------------------------------------
