@@ -80,7 +80,8 @@ def fbank(audio: np.ndarray, dim: int = 80) -> np.ndarray:
 
 
 class TorchTransducerEngine:
-    """A TorchScript transducer loaded once; calls come from one worker thread at a time."""
+    """A TorchScript transducer loaded once; the ASR threads may call it at once (inference
+    holds no state between calls). ``num_threads`` sets torch's process-wide thread count."""
 
     def __init__(self, model_dir: str | Path, opts: TorchTransducerOptions | None = None) -> None:
         import torch

@@ -139,3 +139,12 @@ def test_cuda_decodes_as_the_cpu(jit_dir: Path, engine: TorchTransducerEngine,
     assert gpu.device == "cuda"
     assert [w.text for w in gpu.transcribe(jfk_audio, 0.0)] == \
         [w.text for w in engine.transcribe(jfk_audio, 0.0)]
+
+
+def test_two_asr_threads_share_one_engine(engine: TorchTransducerEngine,
+                                          jfk_audio: np.ndarray) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    items = [(jfk_audio[k * SAMPLE_RATE:(k + 4) * SAMPLE_RATE], float(k)) for k in range(6)]
+    with ThreadPoolExecutor(2) as pool:
+        together = list(pool.map(lambda it: engine.transcribe(*it), items))
+    assert together == [engine.transcribe(a, o) for a, o in items]
