@@ -187,9 +187,11 @@ def zipformer_form(model_dir: str | Path) -> str:
     Raises:
         FileNotFoundError: neither form is complete there; the message names what is missing.
     """
+    if not str(model_dir):
+        raise FileNotFoundError("no model directory given")
     model_dir = Path(model_dir).expanduser()
-    if not str(model_dir) or not model_dir.is_dir():
-        raise FileNotFoundError(f"model directory not found: {model_dir or '(empty)'}")
+    if not model_dir.is_dir():
+        raise FileNotFoundError(f"model directory not found: {model_dir}")
     if any(model_dir.glob("encoder*.onnx")):
         resolve_transducer(model_dir)
         return "onnx"
@@ -218,11 +220,14 @@ def check_engines(batch_engine: str, batch_dir: str, streaming_engine: str,
             ("a5s-v2-streaming", streaming_engine, "models.streaming_model_dir", streaming_dir)):
         if engine != "zipformer":
             continue
+        env = f"A5S_{setting.upper().replace('.', '__')}"
+        if not path:
+            raise FileNotFoundError(f"{setting} ({env}) is empty: the zipformer engine needs "
+                                    f"the directory of an icefall export (docs/models.md)")
         try:
             form = zipformer_form(path)
         except FileNotFoundError as exc:
-            raise FileNotFoundError(f"{setting} (A5S_{setting.upper().replace('.', '__')}): "
-                                    f"{exc}") from None
+            raise FileNotFoundError(f"{setting} ({env}): {exc}") from None
         if model == "a5s-v2-streaming" and form != "onnx":
             raise FileNotFoundError(
                 f"{setting}: {path} holds a TorchScript export; the streaming engine needs "

@@ -124,6 +124,8 @@ def test_start_up_check_names_the_setting_and_the_missing_file(
     assert "tokens.txt" in message
     with pytest.raises(FileNotFoundError, match="A5S_MODELS__STREAMING_MODEL_DIR.*not found"):
         check_engines("whisper", "", "zipformer", str(tmp_path / "nope"))
+    with pytest.raises(FileNotFoundError, match="A5S_MODELS__BATCH_MODEL_DIR.*is empty"):
+        check_engines("zipformer", "", "whisper", "")
     with pytest.raises(FileNotFoundError, match="TorchScript"):
         check_engines("whisper", "", "zipformer", str(jit_dir))
     streaming = build_tiny_streaming_transducer(tmp_path / "streaming")
