@@ -28,7 +28,8 @@ from importlib.resources import files
 from pathlib import Path
 
 __all__ = ["WHISPER_ALIASES", "resolve_whisper", "TransducerFiles", "resolve_transducer",
-           "TORCHSCRIPT_NAMES", "resolve_torchscript", "zipformer_form", "check_engines"]
+           "TORCHSCRIPT_NAMES", "resolve_torchscript", "zipformer_form", "check_engines",
+           "is_streaming_onnx"]
 
 WHISPER_ALIASES = ("base", "tiny.en")
 """Whisper models that ship inside installed packages."""
@@ -232,5 +233,23 @@ def check_engines(batch_engine: str, batch_dir: str, streaming_engine: str,
             raise FileNotFoundError(
                 f"{setting}: {path} holds a TorchScript export; the streaming engine needs "
                 f"icefall's export-onnx-streaming.py output (encoder/decoder/joiner .onnx)")
+        if form == "onnx":
+            streaming = is_streaming_onnx(resolve_transducer(path).encoder)
+            if streaming != (model == "a5s-v2-streaming"):
+                raise FileNotFoundError(
+                    f"{setting}: {path} holds a {'' if streaming else 'non-'}streaming export; "
+                    f"this engine needs icefall's "
+                    f"{'export-onnx.py' if streaming else 'export-onnx-streaming.py'} output")
         out[model] = f"zipformer ({form}, {Path(path).expanduser()})"
     return out
+
+
+def is_streaming_onnx(encoder: Path) -> bool:
+    """Whether an icefall ONNX encoder is a streaming export (it declares ``decode_chunk_len``).
+
+    Reads only the file's tail: ONNX writes the model's metadata after its graph, so a
+    large model need not be parsed at start-up.
+    """
+    with open(encoder, "rb") as f:
+        f.seek(max(0, f.seek(0, 2) - (1 << 20)))
+        return b"decode_chunk_len" in f.read()

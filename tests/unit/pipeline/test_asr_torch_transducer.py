@@ -129,6 +129,10 @@ def test_start_up_check_names_the_setting_and_the_missing_file(
     with pytest.raises(FileNotFoundError, match="TorchScript"):
         check_engines("whisper", "", "zipformer", str(jit_dir))
     streaming = build_tiny_streaming_transducer(tmp_path / "streaming")
+    with pytest.raises(FileNotFoundError, match="holds a streaming export.*export-onnx.py"):
+        check_engines("zipformer", str(streaming), "whisper", "")
+    with pytest.raises(FileNotFoundError, match="non-streaming export.*export-onnx-streaming"):
+        check_engines("whisper", "", "zipformer", str(onnx_dir))
     found = check_engines("zipformer", str(jit_dir), "zipformer", str(streaming))
     assert found["a5s-async-v1"].startswith("zipformer (torchscript")
     assert found["a5s-v2-streaming"].startswith("zipformer (onnx")
