@@ -78,7 +78,10 @@ class Stack:
                         "A5S_EMBEDDED__REDIS": str(free_port()),
                         "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
                         "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
-                        "PYTHONUNBUFFERED": "1", **self.env}
+                        "PYTHONUNBUFFERED": "1",
+                        # the service process runs with -P (no cwd on sys.path): without
+                        # this it would import the installed checkout, not this one
+                        "PYTHONPATH": str(REPO), **self.env}
         env = {**os.environ, **self.env}
         self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO,
