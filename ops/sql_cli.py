@@ -14,6 +14,7 @@ default to the last 7 days.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
@@ -101,9 +102,13 @@ def format_table(names: list[str], rows: list[tuple[Any, ...]]) -> str:
 
 
 def _one_line(exc: BaseException) -> str:
+    """ClickHouse's own message (``Code: N. DB::Exception: ...``), or the socket error."""
     text = " ".join(str(exc).split())
     found = text.find("Code: ")
-    return text[found:] if found >= 0 else text
+    if found >= 0:
+        return text[found:]
+    errno = re.search(r"\[Errno -?\d+\] ([^\"')]+)", text)
+    return errno.group(1).strip() if errno else text
 
 
 @click.command("sql")
@@ -136,6 +141,7 @@ def sql(query: str | None, path: str | None, params: tuple[str, ...], url: str |
     values = bind_parameters(text, given, datetime.now(UTC))
     import clickhouse_connect
     from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
+    logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)  # errors are ours to say
     parts = urlsplit(target.url)
     try:
         client = clickhouse_connect.get_client(
