@@ -15,7 +15,8 @@ are accepted and ignored: every query runs in a session of its own. Answers carr
 ``X-ClickHouse-Format``, ``-Timezone``, ``-Query-Id`` and ``-Summary``; errors carry
 ``X-ClickHouse-Exception-Code`` and ClickHouse's text (``Code: 164. DB::Exception: ...
 (READONLY)``) with the status a ClickHouse server would give. The response is
-gzip-compressed when the client sets ``enable_http_compression=1`` and accepts gzip.
+gzip- or deflate-compressed when the client sets ``enable_http_compression=1`` and
+accepts that encoding; request bodies are read uncompressed.
 
 Authentication: the console token as the password (HTTP Basic with any user name,
 ``X-ClickHouse-Key``, or ``password=``), or as a bearer token.
@@ -30,6 +31,7 @@ import hmac
 import json
 import socket
 import uuid
+import zlib
 from typing import Any
 
 import tornado.web
@@ -173,12 +175,23 @@ class ClickHouseHttpHandler(_ClickHouseStyle):
             "written_rows": "0", "written_bytes": "0", "total_rows_to_read": "0",
             "result_rows": "0", "result_bytes": str(len(result.body)),
             "elapsed_ns": str(int(result.elapsed_s * 1e9))}))
-        body = result.body
-        if self.get_argument("enable_http_compression", "0") == "1" and \
-                "gzip" in self.request.headers.get("Accept-Encoding", ""):
-            body = gzip.compress(body, compresslevel=3)
-            self.set_header("Content-Encoding", "gzip")
+        encoding, body = self._compressed(result.body)
+        if encoding:
+            self.set_header("Content-Encoding", encoding)
         self.finish(body)
+
+    def _compressed(self, body: bytes) -> tuple[str | None, bytes]:
+        """gzip or deflate when asked for (``enable_http_compression=1`` and Accept-Encoding);
+        ClickHouse's own block compression (``compress=1``, lz4/zstd) is not offered."""
+        if self.get_argument("enable_http_compression", "0") != "1":
+            return None, body
+        accepted = [e.split(";")[0].strip().lower()
+                    for e in self.request.headers.get("Accept-Encoding", "").split(",")]
+        if "gzip" in accepted:
+            return "gzip", gzip.compress(body, compresslevel=3)
+        if "deflate" in accepted:
+            return "deflate", zlib.compress(body, 3)
+        return None, body
 
     def _is_form(self) -> bool:
         kind = self.request.headers.get("Content-Type", "")

@@ -36,8 +36,10 @@ __all__ = ["ReadOnlySql", "SqlRequest", "SqlResult", "SqlError", "check_read_onl
            "output_format", "http_status", "READ_STATEMENTS"]
 
 READ_STATEMENTS = frozenset({"SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXISTS", "EXPLAIN"})
-DEFAULT_SETTINGS = {"max_threads": "1", "max_execution_time": "300"}
-"""Applied unless the request sets them: one core, five minutes."""
+DEFAULT_SETTINGS = {"max_threads": "1", "max_execution_time": "300",
+                    "max_result_bytes": str(512 << 20)}
+"""Applied unless the request sets them: one core, five minutes, a result of at most
+512 MiB (it is held in the service's memory until sent)."""
 
 _TOKEN = re.compile(r"""
       (?P<space>\s+)

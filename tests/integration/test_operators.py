@@ -156,6 +156,15 @@ def test_curl_style_requests(stack: Stack, jobs: dict[str, Any]) -> None:
     resp = httpx.post(base + "/?enable_http_compression=1", content="SELECT number FROM numbers(5)",
                       headers={"X-ClickHouse-Key": token(stack), "Accept-Encoding": "gzip"})
     assert resp.headers["Content-Encoding"] == "gzip" and resp.text == "0\n1\n2\n3\n4\n"
+    # as Grafana's data source (clickhouse-go, HTTP) asks: Native, a timeout setting, Basic
+    resp = httpx.post(base + "/?default_format=Native&max_execution_time=60&database=a5s",
+                      content="SELECT timeZone()", auth=("default", token(stack)))
+    assert resp.status_code == 200 and resp.headers["X-ClickHouse-Format"] == "Native"
+    assert resp.content.startswith(b"\x01\x01\x0atimeZone()\x06String")
+    resp = httpx.post(base + "/?enable_http_compression=1", content="SELECT 42",
+                      headers={"Authorization": f"Bearer {token(stack)}",
+                               "Accept-Encoding": "deflate"})
+    assert resp.headers["Content-Encoding"] == "deflate" and resp.text == "42\n"
     resp = httpx.get(base + "/", params={"query": "SELECT 1"}, auth=("default", "wrong"))
     assert resp.status_code == 401 and resp.headers["X-ClickHouse-Exception-Code"] == "516"
     assert resp.text.startswith("Code: 516. DB::Exception:")
