@@ -72,7 +72,8 @@ SQL = {
 
 _PROCESS = {"process_cpu_seconds_total": "cpu_seconds",
             "process_resident_memory_bytes": "resident_bytes",
-            "process_open_fds": "open_fds", "process_max_fds": "max_fds"}
+            "process_open_fds": "open_fds", "process_max_fds": "max_fds",
+            "process_start_time_seconds": "start_time"}
 
 
 def bucket_seconds(hours: float) -> int:

@@ -40,13 +40,13 @@
     return node;
   }
 
-  // A round axis maximum with room above the tallest mark for its label.
+  // A round axis maximum (four round steps) with room above the tallest mark for its label.
   function niceMax(value) {
     if (!(value > 0)) return 1;
-    const target = value * 1.15;
-    const step = Math.pow(10, Math.floor(Math.log10(target)));
-    for (const m of [1, 2, 2.5, 5, 10]) if (m * step >= target) return m * step;
-    return 10 * step;
+    const raw = (value * 1.15) / 4;
+    const unit = Math.pow(10, Math.floor(Math.log10(raw)));
+    for (const m of [1, 2, 2.5, 5, 10]) if (m * unit >= raw) return 4 * m * unit;
+    return 40 * unit;
   }
 
   function fmt(v) {
@@ -159,7 +159,9 @@
       const colour = COLOURS[s % COLOURS.length];
       const path = points.map((p, i) => (i ? "L" : "M") + x(times[i]).toFixed(1) + "," + g.y(p[name] || 0).toFixed(1)).join(" ");
       svg.appendChild(el("path", { d: path, stroke: colour, class: "line" }));
-      points.forEach((p, i) => svg.appendChild(el("circle", { cx: x(times[i]), cy: g.y(p[name] || 0), r: 3.5, fill: colour, class: "point" })));
+      // earlier series get larger dots, so equal values still show each colour as a ring
+      const r = 3 + 1.5 * (series.length - 1 - s);
+      points.forEach((p, i) => svg.appendChild(el("circle", { cx: x(times[i]), cy: g.y(p[name] || 0), r, fill: colour, class: "point" })));
     });
     const label = (t) => new Date(t).toISOString().slice(11, 16);
     svg.appendChild(el("text", { x: g.left, y: g.top + g.h + 14 }, label(lo)));
@@ -180,16 +182,21 @@
     lines("rtf", data.latency, [["rtf_p50", "p50"], ["rtf_p95", "p95"]]);
     const reg = data.registry;
     const prev = samples[samples.length - 1];
-    const cpu = prev ? Math.max(0, 100 * (reg.process.cpu_seconds - prev.cpu_seconds) /
-                                   Math.max(0.001, (new Date(data.now) - new Date(prev.t)) / 1000)) : 0;
+    // CPU since the last poll; on the first, the average since the process started
+    const since = prev ? new Date(prev.t) / 1000 : reg.process.start_time || 0;
+    const used = (reg.process.cpu_seconds || 0) - (prev ? prev.cpu_seconds : 0);
+    const cpu = Math.max(0, 100 * used / Math.max(0.001, new Date(data.now) / 1000 - since));
     samples.push({ t: data.now, live: reg.live_sessions, cpu_seconds: reg.process.cpu_seconds || 0,
-                   cpu, rss_mib: (reg.process.resident_bytes || 0) / 1048576 });
+                   cpu, rss_mib: (reg.process.resident_bytes || 0) / 1048576,
+                   fds: reg.process.open_fds || 0, max_fds: reg.process.max_fds || 0 });
     if (samples.length > HISTORY) samples.shift();
     lines("live", samples, [["live", "open sessions"]]);
     bars("webhooks", Object.entries(reg.webhook_deliveries).map(([key, value]) => ({ key, value })),
          (k) => ({ delivered: "#15803d", retrying: "#a16207", rejected: "#c2410c",
                    gave_up: "#b91c1c", abandoned: "#6b7280" })[k] || "#1f6feb");
-    lines("process", samples, [["cpu", "CPU %"], ["rss_mib", "resident MiB"]]);
+    lines("cpu", samples, [["cpu", "CPU % of one core"]], "%");
+    lines("memory", samples, [["rss_mib", "resident memory"]], " MiB");
+    lines("fds", samples, [["fds", "open (limit " + fmt(reg.process.max_fds || 0) + ")"]]);
   }
 
   async function refresh() {
