@@ -51,7 +51,8 @@ def sql_target(settings: Settings, url: str | None) -> SqlTarget:
     if not url and not password:
         from gateway.console import console_token
         password = console_token(settings)
-    base = f"{parts.scheme}://{parts.hostname}:{parts.port or (443 if parts.scheme == 'https' else 8123)}"
+    port = parts.port or (443 if parts.scheme == "https" else 8123)
+    base = f"{parts.scheme}://{parts.hostname}:{port}"
     return SqlTarget(base, unquote(parts.username or "default"), password,
                      settings.clickhouse_database)
 

@@ -172,10 +172,11 @@ def test_curl_style_requests(stack: Stack, jobs: dict[str, Any]) -> None:
     assert resp.status_code == 404 and resp.headers["X-ClickHouse-Exception-Code"] == "60"
 
 
-def a5s_sql(stack: Stack, *args: str) -> subprocess.CompletedProcess[str]:
+def a5s_sql(stack: Stack, *args: str, **extra_env: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "A5S_DATA_DIR": str(stack.data_dir),
            "A5S_CONSOLE_PORT": str(stack.console_port), "PYTHONPATH": str(REPO)}
     env.pop("A5S_CLICKHOUSE_URL", None)
+    env.update(extra_env)
     return subprocess.run([sys.executable, "-m", "ops.cli", "sql", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -203,6 +204,21 @@ def test_a5s_sql_inline_query_and_a_refused_write(stack: Stack, jobs: dict[str, 
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().startswith("Error: Code: 164.") and \
         len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_a5s_sql_takes_a_configured_clickhouse_url_unchanged(stack: Stack,
+                                                          jobs: dict[str, Any]) -> None:
+    """A ClickHouse server deployment sets ``A5S_CLICKHOUSE_URL=http://user:password@host``;
+    no server runs here, so the stack's own endpoint stands in for one (same protocol)."""
+    url = f"http://default:{token(stack)}@127.0.0.1:{stack.console_port}"
+    query = "SELECT count() AS n FROM {db}.transcripts FINAL WHERE id = {id:String}"
+    by_setting = a5s_sql(stack, query, "--param", f"id={jobs['failed']['id']}",
+                         A5S_CLICKHOUSE_URL=url, A5S_CONSOLE_PORT="1")
+    assert by_setting.returncode == 0, by_setting.stderr
+    assert by_setting.stdout.splitlines()[2].strip() == "1"
+    wrong = a5s_sql(stack, "SELECT 1", "--url",
+                    f"http://default:nope@127.0.0.1:{stack.console_port}")
+    assert wrong.returncode == 1 and "Code: 516" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
 def test_ops_dashboard_draws_charts_from_a_real_job(stack: Stack, jobs: dict[str, Any], browser,
