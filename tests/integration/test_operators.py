@@ -5,10 +5,12 @@ headless Chromium, after real jobs (one completed with a webhook, one failed).""
 from __future__ import annotations
 
 import http.server
+import itertools
 import os
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,11 +19,12 @@ import httpx
 import pytest
 
 from tests.browser import browser, png_pixels  # noqa: F401 - the fixture, by import
-from tests.stack import REPO, EvalServer, Stack, free_port
+from tests.stack import EVAL, REPO, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 
 QUERIES = sorted((REPO / "ops" / "queries").glob("*.sql"))
+JFK = EVAL / "real" / "whisper" / "jfk.flac"
 
 
 class _Ok(http.server.BaseHTTPRequestHandler):
@@ -221,6 +224,25 @@ def test_a5s_sql_takes_a_configured_clickhouse_url_unchanged(stack: Stack,
     assert wrong.returncode == 1 and "Code: 516" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
+def live_session(stack: Stack, timeout_s: float = 120.0) -> threading.Thread:
+    """Streams three passes of a real recording over the WebSocket in a thread, once the
+    dashboard's data shows the session open (``a5s_live_sessions``)."""
+    from a5s.realtime import decode_file, stream
+    _, key = stack.new_account()
+    audio = itertools.chain(*(decode_file(JFK) for _ in range(3)))
+    thread = threading.Thread(target=lambda: list(stream(audio, url=stack.ws_url, api_key=key)),
+                              daemon=True)
+    thread.start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        data = httpx.get(f"http://127.0.0.1:{stack.console_port}/ops/v1/data",
+                         headers={"Authorization": f"Bearer {token(stack)}"}, timeout=30).json()
+        if data["registry"]["live_sessions"] >= 1:
+            return thread
+        time.sleep(0.5)
+    raise TimeoutError("the live session never showed in /ops/v1/data")
+
+
 def test_ops_dashboard_draws_charts_from_a_real_job(stack: Stack, jobs: dict[str, Any], browser,
                                                     tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
@@ -229,6 +251,7 @@ def test_ops_dashboard_draws_charts_from_a_real_job(stack: Stack, jobs: dict[str
     console = f"http://127.0.0.1:{stack.console_port}"
     refused = httpx.get(console + "/ops/v1/data")  # the data needs the console token
     assert refused.status_code == 403 and refused.json()["error"]["code"] == "session_required"
+    live = live_session(stack)  # a real live session is open while the page first loads
     driver.get(console + "/ops?hours=1")
     assert "a5s ops" in driver.title
     driver.find_element(By.ID, "token").send_keys(token(stack))
@@ -247,6 +270,8 @@ def test_ops_dashboard_draws_charts_from_a_real_job(stack: Stack, jobs: dict[str
         assert marks(chart, "circle.point") >= 2, chart  # p50 and p95 of the job's bucket
     assert marks("webhooks") >= 1  # the completed job's delivery
     assert marks("live", "circle.point") >= 1 and marks("cpu", "circle.point") >= 1
+    (first,) = driver.find_elements(By.CSS_SELECTOR, "#live svg circle.point")[:1]
+    assert float(first.get_attribute("cy")) < 150, "the live session is not on the chart"
     assert marks("memory", "circle.point") >= 1 and marks("fds", "circle.point") >= 1
     labels = driver.find_element(By.ID, "failures").text
     assert jobs["failed"]["error"]["code"] in labels
@@ -264,3 +289,4 @@ def test_ops_dashboard_draws_charts_from_a_real_job(stack: Stack, jobs: dict[str
     blue = sum(1 for p in pixels if p == bytes.fromhex("1f6feb"))  # series and model bars
     red = sum(1 for p in pixels if p == bytes.fromhex("b91c1c"))  # error and failure bars
     assert green > 50 and blue > 50 and red > 50, (green, blue, red)
+    live.join(120)
