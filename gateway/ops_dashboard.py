@@ -11,17 +11,18 @@ The page polls every 10 s and keeps the registry's figures as a short history.
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
 from schemas.errors import InvalidRequest
 
 from .console import ConsoleHandler
 from .playground import PlaygroundPage, StaticAsset
 
-__all__ = ["ops_routes", "OpsData", "bucket_seconds", "registry_figures", "SQL"]
+__all__ = ["ops_routes", "OpsData", "AudioDay", "Count", "LatencyBucket", "bucket_seconds",
+           "registry_figures", "SQL"]
 
 BUCKETS_S = (60, 300, 900, 3600, 6 * 3600, 86400)
 MAX_POINTS = 60
@@ -103,6 +104,39 @@ def registry_figures(registry: Any) -> dict[str, Any]:
     return out
 
 
+class AudioDay(BaseModel):
+    day: date
+    key: str
+    """The model or the account."""
+    seconds: float
+
+
+class Count(BaseModel):
+    key: str
+    """The status or the error code."""
+    jobs: int
+
+
+class LatencyBucket(BaseModel):
+    """Completed jobs of one time bucket: queue wait and processing in seconds, and the
+    real-time factor (processing / audio duration)."""
+
+    t: datetime
+    jobs: int
+    queue_p50: float
+    queue_p95: float
+    processing_p50: float
+    processing_p95: float
+    rtf_p50: float
+    rtf_p95: float
+
+    @field_validator("t")
+    @classmethod
+    def _utc(cls, value: datetime) -> datetime:
+        """ClickHouse's times are UTC; a browser reads a time without a zone as local."""
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
 class OpsData(BaseModel):
     """``GET /ops/v1/data``: every chart's figures for one window."""
 
@@ -110,12 +144,13 @@ class OpsData(BaseModel):
     days: int
     hours: float
     bucket_s: int
-    audio_by_model: list[dict[str, Any]] = Field(default_factory=list)
-    audio_by_account: list[dict[str, Any]] = Field(default_factory=list)
-    jobs_by_status: list[dict[str, Any]] = Field(default_factory=list)
-    failures_by_code: list[dict[str, Any]] = Field(default_factory=list)
-    latency: list[dict[str, Any]] = Field(default_factory=list)
+    audio_by_model: list[AudioDay] = Field(default_factory=list)
+    audio_by_account: list[AudioDay] = Field(default_factory=list)
+    jobs_by_status: list[Count] = Field(default_factory=list)
+    failures_by_code: list[Count] = Field(default_factory=list)
+    latency: list[LatencyBucket] = Field(default_factory=list)
     registry: dict[str, Any] = Field(default_factory=dict)
+    """From the Prometheus registry (:func:`registry_figures`)."""
 
 
 class OpsDataHandler(ConsoleHandler):
@@ -130,12 +165,10 @@ class OpsDataHandler(ConsoleHandler):
                   "since_day": datetime.combine((now - timedelta(days=days - 1)).date(),
                                                 datetime.min.time(), UTC),
                   "bucket": bucket}
-        data = OpsData(now=now, days=int(days), hours=hours, bucket_s=bucket,
-                       registry=registry_figures(self.ctx.metrics.registry))
-        for name, sql in SQL.items():
-            rows = await self.ctx.ch.query(sql, params)
-            setattr(data, name, [{k: _plain(v) for k, v in r.items()} for r in rows])
-        self.send(data)
+        rows = {name: await self.ctx.ch.query(sql, params) for name, sql in SQL.items()}
+        self.send(OpsData.model_validate({
+            "now": now, "days": int(days), "hours": hours, "bucket_s": bucket,
+            "registry": registry_figures(self.ctx.metrics.registry), **rows}))
 
     def _number(self, name: str, default: float, low: float, high: float) -> float:
         raw = self.get_query_argument(name, None)
@@ -149,10 +182,6 @@ class OpsDataHandler(ConsoleHandler):
             raise InvalidRequest(f"{name} must be a number from {low:g} to {high:g}.",
                                  param=name)
         return value
-
-
-def _plain(value: Any) -> Any:
-    return value.isoformat() if hasattr(value, "isoformat") else value
 
 
 def ops_routes(ctx: Any, token: str) -> list[tuple[str, type, dict[str, Any]]]:

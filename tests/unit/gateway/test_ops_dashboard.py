@@ -21,3 +21,12 @@ def test_registry_figures() -> None:
     assert got["live_sessions"] == 1
     assert got["webhook_deliveries"] == {"delivered": 3, "gave_up": 1}
     assert got["process"]["resident_bytes"] > 0 and got["process"]["open_fds"] > 0
+
+
+def test_bucket_times_are_sent_as_utc() -> None:
+    from datetime import datetime
+
+    from gateway.ops_dashboard import LatencyBucket
+    bucket = LatencyBucket(t=datetime(2026, 3, 2, 9, 0), jobs=1, queue_p50=1, queue_p95=1,
+                           processing_p50=2, processing_p95=2, rtf_p50=0.2, rtf_p95=0.2)
+    assert bucket.model_dump_json().startswith('{"t":"2026-03-02T09:00:00Z"')
