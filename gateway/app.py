@@ -7,11 +7,14 @@ from typing import Any
 import tornado.web
 
 from stores.context import Context
+from stores.sql_readonly import ReadOnlySql
 
 from .account import AccountHandler, HealthHandler, ModelsHandler
 from .base import NotFoundHandler
 from .clickhouse_proxy import clickhouse_proxy_routes
 from .console import console_routes
+from .ops_dashboard import ops_routes
+from .sql_http import sql_routes
 from .files import FilesHandler, PresignedUploadHandler, UploadUrlHandler
 from .jobs import JobService
 from .metrics import MetricsHandler
@@ -65,8 +68,14 @@ def make_app(ctx: Context, **settings: Any) -> tornado.web.Application:
 
 
 def make_console_app(ctx: Context, token: str) -> tornado.web.Application:
-    # The process that owns an embedded ClickHouse (chdb) lends it to extra workers.
-    proxy = clickhouse_proxy_routes(ctx, token) if getattr(ctx.ch, "embedded", False) else []
-    return tornado.web.Application([*console_routes(ctx, token), *proxy],
+    """Loopback only: accounts and keys, the ops dashboard and, where this process owns an
+    embedded ClickHouse (chdb), its engine for extra workers and read-only SQL for operators
+    (ClickHouse's HTTP interface on ``/``; with a ClickHouse server, query that instead)."""
+    embedded = []
+    if getattr(ctx.ch, "embedded", False):
+        sql = ReadOnlySql.for_dsn(ctx.ch.dsn, ctx.ch.database)
+        embedded = [*clickhouse_proxy_routes(ctx, token), *sql_routes(sql, token)]
+    return tornado.web.Application([*console_routes(ctx, token), *ops_routes(ctx, token),
+                                    *embedded],
                                    default_handler_class=NotFoundHandler,
                                    default_handler_args={"ctx": ctx})

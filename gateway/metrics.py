@@ -1,4 +1,7 @@
-"""``GET /metrics``: this process's Prometheus registry in the text exposition format.
+"""``GET /metrics``: this process's Prometheus registry, in the format the scraper accepts.
+
+The Prometheus text format 0.0.4, or OpenMetrics 1.0.0 when the ``Accept`` header
+prefers ``application/openmetrics-text`` (``stores.metrics.negotiate``); ``Vary: Accept``.
 
 No bearer key: Prometheus scrapes without one, and the gateway binds loopback unless
 told otherwise. Where the API listener is public, keep ``/metrics`` off the public
@@ -15,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from schemas.errors import A5sError
-from stores.metrics import CONTENT_TYPE_LATEST
+from stores.metrics import negotiate
 
 from .base import BaseHandler
 
@@ -40,5 +43,7 @@ class MetricsHandler(BaseHandler):
             counts = {r["status"]: int(r["n"]) for r in rows}
             for state in ("queued", "processing"):
                 metrics.jobs_in_state.labels(state).set(counts.get(state, 0))
-        self.set_header("Content-Type", CONTENT_TYPE_LATEST)
-        self.finish(metrics.exposition())
+        content_type = negotiate(self.request.headers.get("Accept"))
+        self.set_header("Content-Type", content_type)
+        self.set_header("Vary", "Accept")
+        self.finish(metrics.exposition(content_type))

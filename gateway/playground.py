@@ -15,7 +15,7 @@ from typing import Any
 
 import tornado.web
 
-__all__ = ["playground_routes", "PlaygroundPage", "STATIC_DIR"]
+__all__ = ["playground_routes", "PlaygroundPage", "StaticAsset", "STATIC_DIR"]
 
 STATIC_DIR = Path(str(resources.files("gateway").joinpath("static")))
 # The pages load only their own script and style; audio may come from any URL the user
@@ -42,7 +42,7 @@ class PlaygroundPage(tornado.web.RequestHandler):
         self.finish((STATIC_DIR / self.page).read_bytes())
 
 
-class _Static(tornado.web.StaticFileHandler):
+class StaticAsset(tornado.web.StaticFileHandler):
     def set_default_headers(self) -> None:
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Cache-Control", "no-cache")
@@ -53,5 +53,5 @@ def playground_routes() -> list[tuple[str, type, dict[str, Any]]]:
         (r"/", tornado.web.RedirectHandler, {"url": "/playground"}),
         (r"/playground", PlaygroundPage, {"page": "playground.html"}),
         (r"/playground/live", PlaygroundPage, {"page": "live.html"}),
-        (r"/playground/static/(.*)", _Static, {"path": str(STATIC_DIR)}),
+        (r"/playground/static/(.*)", StaticAsset, {"path": str(STATIC_DIR)}),
     ]

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from ops.sql_cli import sql as sql_command
 from schemas.settings import Settings
 
 __all__ = ["main"]
@@ -430,6 +431,8 @@ def stream(source: str, language: str, key: str, url: str) -> None:
             click.echo(f"a5s: finished, {extra.get('audio_ms', 0) / 1000:.1f} s of audio, "
                        f"{extra.get('billed_ms', 0) / 1000:.1f} s billed", err=True)
 
+
+main.add_command(sql_command)
 
 if __name__ == "__main__":
     main()

@@ -21,16 +21,69 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from collections.abc import Iterator
 
-__all__ = ["Metrics", "CONTENT_TYPE_LATEST", "route_label"]
+from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
+                               generate_latest)
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+from prometheus_client.metrics_core import Metric
+from prometheus_client.openmetrics import exposition as openmetrics
+
+__all__ = ["Metrics", "TEXT", "OPENMETRICS", "route_label", "negotiate"]
+
+TEXT = CONTENT_TYPE_PLAIN_0_0_4
+"""``text/plain; version=0.0.4; charset=utf-8``: the Prometheus text format."""
+OPENMETRICS = "application/openmetrics-text; version=1.0.0; charset=utf-8"
 
 _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 _STAGE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0,
                   900.0, 3600.0)
 _RTF_BUCKETS = (0.05, 0.1, 0.15, 0.2, 0.3, 0.5, 0.75, 1.0, 1.5, 2.0, 5.0, 10.0)
 _GROUP = re.compile(r"\((?:[^()\\]|\\.)*\)")
+
+
+def negotiate(accept: str | None) -> str:
+    """The exposition format for an ``Accept`` header: :data:`OPENMETRICS` or :data:`TEXT`.
+
+    Per the Prometheus exposition rules: the acceptable media range with the highest
+    ``q`` wins (the first on a tie); OpenMetrics is served for
+    ``application/openmetrics-text`` (version 1.0.0 or 0.0.1, or none given), the text
+    format for ``text/plain`` (version 0.0.4 or none), ``text/*`` and ``*/*``. Anything
+    else, or no header, gets the text format, which every scraper reads.
+    """
+    best, best_q = TEXT, -1.0
+    for entry in (accept or "").split(","):
+        kind, *params = [p.strip() for p in entry.split(";")]
+        opts = {k.strip().lower(): v.strip() for k, _, v in (p.partition("=") for p in params)}
+        try:
+            q = float(opts.get("q", "1"))
+        except ValueError:
+            continue
+        version = opts.get("version")
+        if kind == "application/openmetrics-text" and version in (None, "1.0.0", "0.0.1"):
+            offer = OPENMETRICS
+        elif (kind == "text/plain" and version in (None, "0.0.4")) or kind in ("text/*", "*/*"):
+            offer = TEXT
+        else:
+            continue
+        if q > 0 and q > best_q:
+            best, best_q = offer, q
+    return best
+
+
+class _WithoutCreated:
+    """A registry view without the ``_created`` samples: a timestamp per series that
+    doubles the text exposition and that no a5s panel or rule reads."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():
+            if family.type == "gauge" and family.name.endswith("_created"):
+                continue  # the text format's separate family for a counter's creation time
+            family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
 
 
 def route_label(pattern: str) -> str:
@@ -45,6 +98,8 @@ class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
+        # process_cpu_seconds_total, process_resident_memory_bytes, process_open_fds, ...
+        ProcessCollector(registry=r)
         self.http_requests = Counter(
             "a5s_http_requests", "HTTP requests answered, by route pattern, method and status.",
             ["route", "method", "status"], registry=r)
@@ -111,6 +166,10 @@ class Metrics:
             self._routes[key] = found
         return found
 
-    def exposition(self) -> bytes:
-        """The registry in the Prometheus text format (version 0.0.4)."""
-        return generate_latest(self.registry)
+    def exposition(self, content_type: str = TEXT) -> bytes:
+        """The registry in ``content_type`` (:data:`TEXT` or :data:`OPENMETRICS`, see
+        :func:`negotiate`), without ``_created`` samples."""
+        view = _WithoutCreated(self.registry)
+        if content_type == OPENMETRICS:
+            return openmetrics.generate_latest(view)  # type: ignore[arg-type]
+        return generate_latest(view)  # type: ignore[arg-type]

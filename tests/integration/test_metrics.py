@@ -52,3 +52,29 @@ def test_metrics_after_traffic(stack: Stack, eval_server) -> None:
     assert 0 < total(after, "a5s_realtime_factor_sum") / total(after, "a5s_realtime_factor_count")
     assert {dict(k)["state"] for k in after["a5s_jobs_in_state"]} == {"queued", "processing"}
     assert "a5s_live_sessions" in after
+
+
+PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,"
+                     "application/openmetrics-text;version=0.0.1;q=0.4,"
+                     "text/plain;version=0.0.4;q=0.3,*/*;q=0.2")
+
+
+def test_metrics_negotiates_the_format_and_shows_the_process(stack: Stack) -> None:
+    from prometheus_client.openmetrics.parser import text_string_to_metric_families as om_parse
+    text = httpx.get(stack.url("/metrics"))
+    assert text.headers["content-type"] == "text/plain; version=0.0.4; charset=utf-8"
+    assert "Accept" in [v.strip() for v in text.headers["vary"].split(",")]
+    om = httpx.get(stack.url("/metrics"), headers={"Accept": PROMETHEUS_ACCEPT})
+    assert om.headers["content-type"].startswith("application/openmetrics-text; version=1.0.0")
+    assert om.text.endswith("# EOF\n") and not text.text.endswith("# EOF\n")
+    families = {f.name: f for f in om_parse(om.text)}  # the strict OpenMetrics parser
+    assert families["a5s_http_requests"].type == "counter"
+    preferred_text = httpx.get(stack.url("/metrics"), headers={
+        "Accept": "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;q=0.1"})
+    assert preferred_text.headers["content-type"].startswith("text/plain")
+    for body in (text.text, om.text):
+        assert "_created" not in body
+    samples = scrape(stack)
+    assert total(samples, "process_resident_memory_bytes") > 50e6  # the models and chdb
+    assert total(samples, "process_cpu_seconds_total") > 0
+    assert 0 < total(samples, "process_open_fds") < total(samples, "process_max_fds")

@@ -110,7 +110,22 @@ def test_queue_wait(results: dict[str, list[dict]]) -> None:
 def test_dashboard_matches_the_queries() -> None:
     assert json.loads(DASHBOARD.read_text()) == dashboard(), \
         "ops/dashboards/a5s.json is stale: run python -m ops.dashboards.build"
-    sqls = [t["rawSql"] for p in dashboard()["panels"] for t in p.get("targets", [])]
+    sqls = [t["rawSql"] for p in dashboard()["panels"] for t in p.get("targets", [])
+            if "rawSql" in t]
     for path in QUERIES_DIR.glob("*.sql"):
         assert grafana_sql(path.read_text()) in sqls, path.name
     assert all("{db}" not in s and "{from:" not in s for s in sqls)
+
+
+def test_dashboard_has_prometheus_panels_for_the_metrics() -> None:
+    exprs = " ".join(t["expr"] for p in dashboard()["panels"] for t in p.get("targets", [])
+                     if "expr" in t)
+    for metric in ("a5s_http_requests_total", "a5s_http_request_duration_seconds_bucket",
+                   "a5s_jobs_in_state", "a5s_jobs_total", "a5s_stage_duration_seconds_bucket",
+                   "a5s_realtime_factor_bucket", "a5s_live_sessions",
+                   "a5s_webhook_deliveries_total", "a5s_asr_batch_size_sum",
+                   "process_cpu_seconds_total", "process_resident_memory_bytes",
+                   "process_open_fds"):
+        assert metric in exprs, metric
+    ids = [p["id"] for p in dashboard()["panels"]]
+    assert len(ids) == len(set(ids))
