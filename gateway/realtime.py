@@ -40,7 +40,8 @@ from pydantic import BaseModel, ValidationError
 
 from schemas import ids
 from schemas.api import ENGLISH_VARIANTS, STREAMING_MODEL
-from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, ModelAccessDenied,
+from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, InvalidRequest,
+                            ModelAccessDenied,
                             StreamError, StreamErrorCode, Unauthorized, UpstreamTimeout,
                             UpstreamUnavailable)
 from schemas.realtime import (CLIENT_MESSAGES, PROVIDER, Error, Finish, Finished, Ping, Pong,
@@ -52,7 +53,7 @@ from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import Principal, principal_for
+from .base import ErrorEnvelope, Principal, principal_for
 from .realtime_hub import RealtimeHub
 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
@@ -99,7 +100,7 @@ def language_tag(value: str) -> str:
     return f"{lang}-{region.upper()}" if region else lang
 
 
-class StreamSocket(tornado.websocket.WebSocketHandler):
+class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     """One live session. Dependencies come from the route table (``make_app``)."""
 
     def initialize(self, ctx: Context, hub: RealtimeHub) -> None:
@@ -128,6 +129,12 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
         self.lease_at = 0.0
 
     # --- tornado hooks ------------------------------------------------------------------------
+
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            raise InvalidRequest("This is the streaming endpoint: open a WebSocket "
+                                 "(Upgrade: websocket), see docs/realtime.md.", param="Upgrade")
+        await super().get(*args, **kwargs)
 
     def check_origin(self, origin: str) -> bool:
         return True  # checked after the upgrade, so the client reads origin_not_allowed

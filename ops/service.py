@@ -46,10 +46,11 @@ async def ensure_default_account(ctx: Context) -> None:
 
 def _start_http(ctx: Context) -> list[Any]:
     from gateway.app import make_app, make_console_app
+    from gateway.base import JSON_BODY_LIMIT
     from gateway.console import console_token
     s = ctx.settings
     # JSON bodies are small; the upload handlers stream and raise this limit per request.
-    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=1 << 20,
+    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=JSON_BODY_LIMIT,
                                     idle_connection_timeout=120),
                make_console_app(ctx, console_token(s)).listen(s.console_port,
                                                               address="127.0.0.1")]

@@ -75,5 +75,10 @@ def test_api_conforms_to_its_document(served: schemathesis.BaseSchema, fuzz_key:
         resp = case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_key}"},
                                       checks=CHECKS, timeout=30)
         STATUSES[resp.status_code] += 1
+        if resp.status_code >= 400:  # every error: the envelope and its request id, Allow on 405
+            err = resp.json()["error"]
+            assert err["request_id"] == resp.headers["x-request-id"] or (
+                resp.status_code in (502, 504) and err["request_id"] is None), err
+            assert resp.status_code != 405 or resp.headers.get("Allow"), resp.headers
 
     check()
