@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -13,18 +14,47 @@ from pydantic import BaseModel, ValidationError
 from schemas import ids
 from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, FileTooLarge,
                             InternalError, InvalidRequest, MethodNotAllowed, NotFound,
-                            Unauthorized)
+                            ShuttingDown, Unauthorized)
 from schemas.rows import AccountRow, ApiKeyRow
 from stores.context import Context
 
 __all__ = ["BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
-           "validation_param", "ErrorEnvelope", "Application", "JSON_BODY_LIMIT", "allowed_methods"]
+           "validation_param", "ErrorEnvelope", "Application", "Admission", "admission", "JSON_BODY_LIMIT", "allowed_methods"]
 
 log = logging.getLogger("a5s.gateway")
 M = TypeVar("M", bound=BaseModel)
 
 JSON_BODY_LIMIT = 1 << 20
 """The largest body of a request that is not an upload (JSON bodies; metadata is 16 KB)."""
+
+
+class Admission:
+    """Whether the gateway takes new requests, and how many it is still answering.
+
+    Stopping begins with :meth:`drain`: from then on every request is refused with
+    :class:`~schemas.errors.ShuttingDown` (503, the envelope) and new WebSockets close
+    with 1013, while the requests already admitted finish.
+    """
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.in_flight = 0
+
+    async def drain(self, timeout_s: float) -> int:
+        """Stop admitting; wait for the admitted requests. Returns how many were left."""
+        self.draining = True
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while self.in_flight and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        return self.in_flight
+
+
+def admission(ctx: Context) -> Admission:
+    """The process's one :class:`Admission` (kept in ``ctx.extras``)."""
+    found = ctx.extras.get("admission")
+    if not isinstance(found, Admission):
+        found = ctx.extras["admission"] = Admission()
+    return found
 
 
 @dataclass(frozen=True)
@@ -147,6 +177,11 @@ class BaseHandler(ErrorEnvelope):
 
     def prepare(self) -> None:
         self.set_header("x-request-id", self.request_id)
+        gate = admission(self.ctx)
+        if gate.draining:
+            raise ShuttingDown(retry_after=5)
+        gate.in_flight += 1
+        self._admitted = True
         allowed = self.QUERY.get(self.request.method or "")
         if allowed is not None:
             for name in self.request.query_arguments:
@@ -160,6 +195,9 @@ class BaseHandler(ErrorEnvelope):
         self.finish(model.model_dump_json(by_alias=True))
 
     def on_finish(self) -> None:
+        if getattr(self, "_admitted", False):
+            self._admitted = False
+            admission(self.ctx).in_flight -= 1
         # One place counts every REST answer, labelled by route pattern (bounded), not path.
         route = self.ctx.metrics.route_of(self.application, type(self))
         self.ctx.metrics.observe_request(route, self.request.method or "", self.get_status(),

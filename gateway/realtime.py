@@ -41,9 +41,8 @@ from pydantic import BaseModel, ValidationError
 from schemas import ids
 from schemas.api import ENGLISH_VARIANTS, STREAMING_MODEL
 from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, InvalidRequest,
-                            ModelAccessDenied,
-                            StreamError, StreamErrorCode, Unauthorized, UpstreamTimeout,
-                            UpstreamUnavailable)
+                            ModelAccessDenied, ShuttingDown, StreamError, StreamErrorCode,
+                            Unauthorized, UpstreamTimeout, UpstreamUnavailable)
 from schemas.realtime import (CLIENT_MESSAGES, PROVIDER, Error, Finish, Finished, Ping, Pong,
                               ProviderError, ProviderStatus, Ready, SessionLimit, Start,
                               TranscriptMessage)
@@ -53,7 +52,7 @@ from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import ErrorEnvelope, Principal, principal_for
+from .base import ErrorEnvelope, Principal, admission, principal_for
 from .realtime_hub import RealtimeHub
 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
@@ -84,6 +83,8 @@ def stream_error(exc: BaseException) -> StreamError:
         return StreamError(Code.account_suspended, exc.message)
     if isinstance(exc, ModelAccessDenied):
         return StreamError(Code.model_access_denied, exc.message)
+    if isinstance(exc, ShuttingDown):
+        return StreamError(Code.upstream_unavailable, exc.message)
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout)):
         return StreamError(Code.upstream_unavailable, "A backing service is unavailable; "
                            "retry with backoff.")
@@ -155,6 +156,8 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     async def open(self, *args: Any, **kwargs: Any) -> None:
         self._spawn(self._watch())
         try:
+            if admission(self.ctx).draining:
+                raise ShuttingDown()
             self._check_origin()
             self.principal = await self._authenticate()
         except Exception as exc:  # every refusal is an error message and a close code
