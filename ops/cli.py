@@ -347,17 +347,22 @@ def _api_errors(fn: Any) -> Any:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from a5s import A5sError, APIConnectionError, APIStatusError
+        from a5s import A5sError, APIConnectionError, APIStatusError, StreamError
         try:
             return fn(*args, **kwargs)
         except APIConnectionError as exc:
-            raise click.ClickException(f"{exc} at {kwargs.get('url')}: is a5s running there? "
-                                       "(`a5s up` starts it; --url or $A5S_URL point "
-                                       "elsewhere)") from exc
+            reason = str(exc).removeprefix("cannot reach the service: ")
+            raise click.ClickException(f"cannot reach the service at {kwargs.get('url')} "
+                                       f"({reason}): is a5s running there? (`a5s up` starts "
+                                       "it; --url or $A5S_URL point elsewhere)") from exc
         except APIStatusError as exc:
             raise click.ClickException(f"{exc.code}: {exc.message}" + (
                 f" (param {exc.param})" if exc.param else "") + (
                 f" [{exc.request_id}]" if exc.request_id else "")) from exc
+        except StreamError as exc:
+            hint = (": is a5s running there? (`a5s up` starts it; --url or $A5S_URL point "
+                    "elsewhere)" if exc.code == "connection_failed" else "")
+            raise click.ClickException(f"{exc.code}: {exc.message}{hint}") from exc
         except A5sError as exc:
             raise click.ClickException(str(exc)) from exc
     return wrapper
