@@ -125,7 +125,7 @@ class ErrorEnvelope(tornado.web.RequestHandler):
         error = self._as_api_error(exc, status_code)
         if not self.request_id:
             self.request_id = ids.request_id()
-        if error.http_status >= 500:
+        if error.http_status >= 500 and not isinstance(error, ShuttingDown):
             log.error("request %s failed: %s", self.request_id, error.log or error.message,
                       exc_info=kwargs.get("exc_info") if isinstance(error, InternalError) and
                       error.log is None else None)
@@ -152,7 +152,8 @@ class ErrorEnvelope(tornado.web.RequestHandler):
         return InternalError(log=repr(exc) if exc else None)
 
     def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, A5sError) and value.http_status < 500:
+        if isinstance(value, A5sError) and (value.http_status < 500
+                                            or isinstance(value, ShuttingDown)):
             return
         if isinstance(value, tornado.web.HTTPError) and value.status_code < 500:
             return

@@ -6,6 +6,8 @@ Each test runs a stack of its own (the session stack is not stopped under other 
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import re
 import signal
@@ -17,6 +19,8 @@ from pathlib import Path
 
 import httpx
 import pytest
+import tornado.httpclient
+import tornado.websocket
 
 from tests.stack import REPO, EvalServer, Stack
 
@@ -42,6 +46,19 @@ def _log(stack: Stack) -> str:
     return (stack.data_dir.parent / f"{stack.data_dir.name}.log").read_text(errors="replace")
 
 
+async def _open_session(stack: Stack, key: str) -> tuple[str | None, int | None]:
+    """The error code and close code a new WebSocket session gets."""
+    request = tornado.httpclient.HTTPRequest(stack.ws_url,
+                                             headers={"Authorization": f"Bearer {key}"})
+    conn = await tornado.websocket.websocket_connect(request)
+    await conn.write_message(json.dumps({"type": "start", "language": "en-US"}))
+    code = None
+    while (raw := await conn.read_message()) is not None:
+        if isinstance(raw, str) and json.loads(raw).get("type") == "error":
+            code = json.loads(raw)["code"]
+    return code, conn.close_code
+
+
 @pytest.fixture()
 def own_stack(tmp_path: Path) -> Stack:
     stack = Stack(tmp_path / "data")
@@ -58,6 +75,8 @@ def test_ctrl_c_during_a_burst_refuses_then_keeps_every_accepted_job(
     answers: list[tuple[float, int, httpx.Response | None]] = []
     stop = threading.Event()
 
+    sockets: list[tuple[str | None, int | None]] = []
+
     def burst() -> None:
         with stack.client(key) as http:
             while not stop.is_set():
@@ -65,6 +84,8 @@ def test_ctrl_c_during_a_burst_refuses_then_keeps_every_accepted_job(
                     resp = http.post("/v1/transcripts",
                                      json={"audio_url": eval_server.url(CLIP)}, timeout=30)
                     answers.append((time.monotonic(), resp.status_code, resp))
+                    if resp.status_code == 503 and not sockets:  # and a live session now
+                        sockets.append(asyncio.run(_open_session(stack, key)))
                 except httpx.TransportError:
                     answers.append((time.monotonic(), 0, None))  # the port is closed: gone
                 time.sleep(0.2)
@@ -94,6 +115,10 @@ def test_ctrl_c_during_a_burst_refuses_then_keeps_every_accepted_job(
         assert err["code"] == "upstream_unavailable" and resp.headers["Retry-After"]
         assert err["request_id"] == resp.headers["x-request-id"]
     assert not [name for name, pid in pids.items() if _alive(pid)], pids
+    assert sockets == [("upstream_unavailable", 1013)], sockets
+    log = _log(stack)
+    for sign in ("Traceback", "Uncaught exception", "Exception in thread"):
+        assert sign not in log, log[log.find(sign) - 300:][:2000]
 
     stack.proc = None
     stack.start()
