@@ -144,6 +144,11 @@ def _describe(pid: int | None) -> str:
     argv = _cmdline(pid)
     prog = " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv[:4]))
     data_dir = _environ(pid).get("A5S_DATA_DIR")
+    if "--data-dir" in argv[:-1]:  # the embedded broker: <data_dir>/broker
+        data_dir = str(Path(argv[argv.index("--data-dir") + 1]).parent)
+    elif "valkey" in prog:  # Valkey runs in <data_dir>/redis
+        with contextlib.suppress(OSError):
+            data_dir = str(Path(os.readlink(f"/proc/{pid}/cwd")).parent)
     return f"pid {pid} ({prog}{', data directory ' + data_dir if data_dir else ''})"
 
 
