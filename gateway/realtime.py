@@ -52,7 +52,7 @@ from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import ErrorEnvelope, Principal, admission, principal_for
+from .base import ErrorEnvelope, Principal, admission, principal_for, validation_param
 from .realtime_hub import RealtimeHub
 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
@@ -89,6 +89,17 @@ def stream_error(exc: BaseException) -> StreamError:
         return StreamError(Code.upstream_unavailable, "A backing service is unavailable; "
                            "retry with backoff.")
     return StreamError(Code.internal_error, "The server failed; retry with backoff.")
+
+
+def _message_problem(exc: ValidationError) -> str:
+    """What is wrong with a client message, in the protocol's words (not pydantic's)."""
+    kind = exc.errors(include_url=False)[0].get("type")
+    if kind == "union_tag_invalid":
+        return "unknown message type (start, ping and finish are the messages)"
+    if kind == "union_tag_not_found":
+        return "a message needs a type"
+    return validation_param(exc)[1].rstrip(".").replace(" start.", " ", 1).replace(
+        "'start.", "'", 1)
 
 
 def language_tag(value: str) -> str:
@@ -212,9 +223,11 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     def _on_text(self, text: str) -> None:
         try:
             message = CLIENT_MESSAGES.validate_python(json.loads(text))
-        except (ValueError, ValidationError, RecursionError) as exc:  # "[[[[..." nests too deep
+        except ValidationError as exc:  # before ValueError, which it is too
+            message, detail = None, _message_problem(exc)
+        except (ValueError, RecursionError) as exc:  # "[[[[..." nests too deep
             message = None
-            detail = str(exc).splitlines()[0][:200]
+            detail = f"not JSON ({str(exc).splitlines()[0][:200]})"
         if self.state == "connected":
             if not isinstance(message, Start):
                 raise StreamError(Code.invalid_start, "The first message must be a valid "
