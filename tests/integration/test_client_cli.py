@@ -171,3 +171,20 @@ def test_cli_with_the_service_down(key: str) -> None:
     for args in (["transcribe", str(SHORT)], ["stream", str(SHORT)]):
         line = _one_line_error(_cli(down, key, *args))
         assert f"127.0.0.1:{down.port}" in line and "is a5s running" in line, line
+
+
+def test_streaming_a_file_that_does_not_decode_fails_at_once(stack: Stack, key: str,
+                                                             tmp_path) -> None:
+    """The client library alone (no probe): the sender's failure ends the session at once,
+    not at the service's 45 s idle timeout, and no task exception is left unretrieved."""
+    from a5s import StreamError
+    from a5s.realtime import stream
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("call the bank on monday\n")
+    started = time.monotonic()
+    with pytest.raises(StreamError) as caught:
+        for _ in stream(notes, url=stack.ws_url, api_key=key):
+            pass
+    assert caught.value.code == "send_failed" and "notes.txt" in caught.value.message
+    assert time.monotonic() - started < 15
