@@ -89,7 +89,7 @@ def _operations() -> list[Op]:
         Op("post", "/v1/transcripts", "createTranscript", "Create a transcript",
            {201: _json(Transcript, "Created, status `queued`.", location),
             200: _json(Transcript, "Idempotent replay: the original transcript.")},
-           (400, 404, 409, 429) + auth_err,
+           (400, 404, 409, 413, 429) + auth_err,
            params=[_param("Idempotency-Key", "header", {"type": "string", "minLength": 1,
                                                         "maxLength": 255},
                           "A retry with the same key and body returns the original "
