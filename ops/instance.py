@@ -142,7 +142,7 @@ def _describe(pid: int | None) -> str:
     if pid is None:
         return "another process"
     argv = _cmdline(pid)
-    prog = " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv[:4]))
+    prog = " ".join(Path(argv[0]).name if i == 0 else a for i, a in enumerate(argv[:6]))
     data_dir = _environ(pid).get("A5S_DATA_DIR")
     if "--data-dir" in argv[:-1]:  # the embedded broker: <data_dir>/broker
         data_dir = str(Path(argv[argv.index("--data-dir") + 1]).parent)
