@@ -18,7 +18,16 @@ __all__ = ["main"]
 
 
 def _settings(data_dir: str | None) -> Settings:
-    return Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+    """The settings, or a one-line error naming the bad ``A5S_*`` variable or config entry."""
+    from pydantic import ValidationError
+    try:
+        return Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        name = "A5S_" + "__".join(str(p) for p in err.get("loc", ())).upper()
+        raise click.ClickException(f"setting {name} (or its entry in $A5S_CONFIG): "
+                                   f"{err.get('msg', 'invalid value')} "
+                                   f"(got {err.get('input')!r})") from exc
 
 
 data_dir_option = click.option("--data-dir", envvar="A5S_DATA_DIR", default=None,
