@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import tornado.web
@@ -39,14 +40,20 @@ class Admission:
     def __init__(self) -> None:
         self.draining = False
         self.in_flight = 0
+        self.sessions: dict[object, Callable[[], None]] = {}
+        """Live WebSocket sessions: each one's way to end itself (error, then 1013)."""
 
     async def drain(self, timeout_s: float) -> int:
-        """Stop admitting; wait for the admitted requests. Returns how many were left."""
+        """Stop admitting; end live sessions; wait for the admitted requests and the sessions'
+        closes. Returns how many requests and sessions were left."""
         self.draining = True
+        for end in list(self.sessions.values()):
+            end()
         deadline = asyncio.get_running_loop().time() + timeout_s
-        while self.in_flight and asyncio.get_running_loop().time() < deadline:
+        while (self.in_flight or self.sessions) and \
+                asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.05)
-        return self.in_flight
+        return self.in_flight + len(self.sessions)
 
 
 def admission(ctx: Context) -> Admission:

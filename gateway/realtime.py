@@ -167,8 +167,12 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     async def open(self, *args: Any, **kwargs: Any) -> None:
         self._spawn(self._watch())
         try:
-            if admission(self.ctx).draining:
+            gate = admission(self.ctx)
+            if gate.draining:
                 raise ShuttingDown()
+            # stopping ends this session with upstream_unavailable and 1013, then waits for
+            # its usage to be counted (``_cleanup``)
+            gate.sessions[self] = lambda: self._fail(ShuttingDown())
             self._check_origin()
             self.principal = await self._authenticate()
         except Exception as exc:  # every refusal is an error message and a close code
@@ -468,6 +472,7 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
                                                          self.session_id)
             await asyncio.sleep(self.opts.batch_ms / 1000 + 1)  # let the last record go out
             self.hub.detach(self.session_id)
+            admission(self.ctx).sessions.pop(self, None)
             for task in list(self.tasks):
                 if task is not asyncio.current_task() and not getattr(task, "a5s_keep", False):
                     task.cancel()

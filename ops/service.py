@@ -109,11 +109,12 @@ def run(settings: Settings, roles: set[str]) -> int:
 
 async def _stop_admitting(ctx: Context) -> None:
     from gateway.base import admission
-    log.info("stopping: new requests are refused; %d admitted ones finish",
-             admission(ctx).in_flight)
+    log.info("stopping: new requests are refused; %d admitted ones finish, %d live sessions "
+             "end", admission(ctx).in_flight, len(admission(ctx).sessions))
     left = await admission(ctx).drain(DRAIN_S)
     if left:
-        log.warning("stopping: %d requests did not finish in %.0f s", left, DRAIN_S)
+        log.warning("stopping: %d requests or sessions did not finish in %.0f s", left,
+                    DRAIN_S)
 
 
 def _run_gateway(ctx: Context, loop: asyncio.AbstractEventLoop) -> int:

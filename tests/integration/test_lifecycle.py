@@ -22,11 +22,12 @@ import pytest
 import tornado.httpclient
 import tornado.websocket
 
-from tests.stack import REPO, EvalServer, Stack
+from tests.stack import EVAL, REPO, EvalServer, Stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 
 CLIP = "real/asterisk_16k/vm-leavemsg.wav"  # 2.1 s
+JFK = EVAL / "real" / "whisper" / "jfk.flac"  # 11 s, streamed in real time
 
 
 def _alive(pid: int) -> bool:
@@ -90,9 +91,25 @@ def test_ctrl_c_during_a_burst_refuses_then_keeps_every_accepted_job(
                     answers.append((time.monotonic(), 0, None))  # the port is closed: gone
                 time.sleep(0.2)
 
+    live: list[BaseException | None] = []
+
+    def session() -> None:  # a live session while it stops: error, then 1013
+        from a5s.realtime import stream
+        try:
+            for msg in stream(JFK, url=stack.ws_url, api_key=key):
+                if msg.type == "ready":
+                    live.append(None)
+        except Exception as exc:  # noqa: BLE001 - what the client saw is the assertion
+            live.append(exc)
+
+    talker = threading.Thread(target=session)
+    talker.start()
     thread = threading.Thread(target=burst)
     thread.start()
-    time.sleep(2.0)
+    deadline = time.monotonic() + 60
+    while not live and time.monotonic() < deadline:  # the session is under way
+        time.sleep(0.1)
+    time.sleep(1.0)
     pids = _pids(stack)
     signalled = time.monotonic()
     assert stack.proc is not None
@@ -100,6 +117,9 @@ def test_ctrl_c_during_a_burst_refuses_then_keeps_every_accepted_job(
     assert stack.proc.wait(90) == 0
     stop.set()
     thread.join()
+    talker.join(60)
+    assert live[0] is None and getattr(live[-1], "code", None) == "upstream_unavailable", live
+    assert live[-1].close_code in (1013, None), live[-1]  # type: ignore[union-attr]
 
     before = [r for t, s, r in answers if t < signalled]
     after = [(s, r) for t, s, r in answers if t >= signalled]
