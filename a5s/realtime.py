@@ -129,10 +129,24 @@ async def astream(source: str | Path | Iterable[bytes], *, url: str, api_key: st
     except (OSError, tornado.httpclient.HTTPClientError) as exc:
         raise StreamError("connection_failed", f"cannot open {url}: {exc}") from exc
     sender: asyncio.Task[None] | None = None
+    reading: asyncio.Future[Any] | None = None
     try:
         await conn.write_message(json.dumps(start))
         while True:
-            raw = await conn.read_message()
+            # Wait for the next message or for the sender to fail (a file that stops
+            # decoding): a failed sender is reported at once, not at the idle timeout.
+            reading = reading or asyncio.ensure_future(conn.read_message())
+            waits: set[asyncio.Future[Any]] = {reading}
+            if sender is not None and not sender.done():
+                waits.add(sender)
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            if sender is not None and sender.done() and not sender.cancelled() \
+                    and sender.exception() is not None:
+                exc = sender.exception()
+                raise StreamError("send_failed", f"cannot send {source}: {exc}") from exc
+            if not reading.done():
+                continue
+            raw, reading = reading.result(), None
             if raw is None:
                 raise StreamError("connection_closed", conn.close_reason or
                                   "the service closed the session", conn.close_code)
@@ -144,17 +158,18 @@ async def astream(source: str | Path | Iterable[bytes], *, url: str, api_key: st
             if msg.type == "ready" and sender is None:
                 sender = asyncio.ensure_future(
                     _send_audio(conn, pcm_frames(source, chunk_ms), chunk_ms, realtime))
-            if sender is not None and sender.done() and sender.exception() is not None:
-                raise StreamError("send_failed", repr(sender.exception()))
             yield msg
             if msg.type == "finished":
                 return
     finally:
-        if sender is not None and not sender.done():
-            sender.cancel()
+        if sender is not None:
+            if not sender.done():
+                sender.cancel()
             with contextlib.suppress(BaseException):
-                await sender
+                await sender  # also retrieves its exception: nothing leaks at exit
         conn.close()
+        if reading is not None and not reading.done():
+            reading.cancel()
 
 
 def stream(source: str | Path | Iterable[bytes], *, url: str, api_key: str,

@@ -10,7 +10,7 @@ from stores.context import Context
 from stores.sql_readonly import ReadOnlySql
 
 from .account import AccountHandler, HealthHandler, ModelsHandler
-from .base import NotFoundHandler
+from .base import Application, NotFoundHandler
 from .clickhouse_proxy import clickhouse_proxy_routes
 from .console import console_routes
 from .ops_dashboard import ops_routes
@@ -45,14 +45,15 @@ def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/v1/usage", UsageHandler, deps),
         (r"/v1/realtime", StreamSocket, {"ctx": ctx, "hub": hub_for(ctx)}),
         (r"/v1/openapi\.json", OpenApiHandler, deps),
-        (r"/health", HealthHandler, deps),
     ]
 
 
 def extra_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
     """Served beside the API but not part of its OpenAPI document: the OpenAI-compatible
-    route (OpenAI's contract, docs/client.md), Prometheus metrics and the playground."""
+    route (OpenAI's contract, docs/client.md), the operators' ``/health`` and Prometheus
+    metrics (outside ``/v1``, spec section 9; docs/operations.md) and the playground."""
     return [
+        (r"/health", HealthHandler, {"ctx": ctx}),
         (r"/v1/audio/transcriptions", OpenAITranscriptionsHandler,
          {"ctx": ctx, "jobs": JobService(ctx)}),
         (r"/metrics", MetricsHandler, {"ctx": ctx}),
@@ -61,7 +62,7 @@ def extra_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
 
 
 def make_app(ctx: Context, **settings: Any) -> tornado.web.Application:
-    return tornado.web.Application(
+    return Application(
         api_routes(ctx) + extra_routes(ctx), default_handler_class=NotFoundHandler,
         default_handler_args={"ctx": ctx}, xheaders=False, compress_response=True,
         **settings)

@@ -2,25 +2,66 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import tornado.web
 from pydantic import BaseModel, ValidationError
 
 from schemas import ids
-from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, InternalError,
-                            InvalidRequest, MethodNotAllowed, NotFound, Unauthorized)
+from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, FileTooLarge,
+                            InternalError, InvalidRequest, MethodNotAllowed, NotFound,
+                            ShuttingDown, Unauthorized)
 from schemas.rows import AccountRow, ApiKeyRow
 from stores.context import Context
 
 __all__ = ["BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
-           "validation_param"]
+           "validation_param", "ErrorEnvelope", "Application", "Admission", "admission", "JSON_BODY_LIMIT", "allowed_methods"]
 
 log = logging.getLogger("a5s.gateway")
 M = TypeVar("M", bound=BaseModel)
+
+JSON_BODY_LIMIT = 1 << 20
+"""The largest body of a request that is not an upload (JSON bodies; metadata is 16 KB)."""
+
+
+class Admission:
+    """Whether the gateway takes new requests, and how many it is still answering.
+
+    Stopping begins with :meth:`drain`: from then on every request is refused with
+    :class:`~schemas.errors.ShuttingDown` (503, the envelope) and new WebSockets close
+    with 1013, while the requests already admitted finish.
+    """
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.in_flight = 0
+        self.sessions: dict[object, Callable[[], None]] = {}
+        """Live WebSocket sessions: each one's way to end itself (error, then 1013)."""
+
+    async def drain(self, timeout_s: float) -> int:
+        """Stop admitting; end live sessions; wait for the admitted requests and the sessions'
+        closes. Returns how many requests and sessions were left."""
+        self.draining = True
+        for end in list(self.sessions.values()):
+            end()
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while (self.in_flight or self.sessions) and \
+                asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.05)
+        return self.in_flight + len(self.sessions)
+
+
+def admission(ctx: Context) -> Admission:
+    """The process's one :class:`Admission` (kept in ``ctx.extras``)."""
+    found = ctx.extras.get("admission")
+    if not isinstance(found, Admission):
+        found = ctx.extras["admission"] = Admission()
+    return found
 
 
 @dataclass(frozen=True)
@@ -30,13 +71,20 @@ class Principal:
 
 
 def validation_param(exc: ValidationError) -> tuple[str | None, str]:
+    """The offending parameter and a message in the API's words (not pydantic's)."""
     err = exc.errors(include_url=False)[0]
     loc = [str(p) for p in err.get("loc", ()) if not isinstance(p, int)]
     param = ".".join(loc) or None
-    msg = err.get("msg", "invalid value")
-    if err.get("type") == "extra_forbidden":
-        msg = "unknown field"
-    return param, f"{param}: {msg}" if param else msg
+    kind = err.get("type", "")
+    msg = str(err.get("msg", "invalid value"))
+    if kind == "extra_forbidden":
+        return param, f"Unknown field {param!r}." if param else "Unknown field."
+    if kind == "value_error":  # our own validators: their message is already the API's
+        msg = str((err.get("ctx") or {}).get("error", msg.removeprefix("Value error, ")))
+    elif kind == "missing":
+        msg = "required"
+    msg = msg.rstrip(".")
+    return param, f"Invalid {param}: {msg}." if param else msg[:1].upper() + msg[1:] + "."
 
 
 def parse_body(model: type[M], raw: bytes) -> M:
@@ -51,7 +99,7 @@ def parse_body(model: type[M], raw: bytes) -> M:
         return model.model_validate(data)
     except ValidationError as exc:
         param, msg = validation_param(exc)
-        raise InvalidRequest(msg[0].upper() + msg[1:] + ".", param=param) from exc
+        raise InvalidRequest(msg, param=param) from exc
 
 
 async def principal_for(ctx: Context, token: str | None) -> Principal:
@@ -67,7 +115,59 @@ async def principal_for(ctx: Context, token: str | None) -> Principal:
     return Principal(account, key)
 
 
-class BaseHandler(tornado.web.RequestHandler):
+class ErrorEnvelope(tornado.web.RequestHandler):
+    """The one error renderer: the spec's envelope, ``x-request-id``, ``Allow`` on 405.
+
+    Mixed into handlers that do not derive from :class:`BaseHandler` (static pages, the
+    WebSocket) so that every error the server sends has the same shape.
+    """
+
+    request_id: str | None = None
+
+    def allowed_methods(self) -> list[str]:
+        return allowed_methods(type(self))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        exc = kwargs.get("exc_info", (None, None, None))[1]
+        error = self._as_api_error(exc, status_code)
+        if not self.request_id:
+            self.request_id = ids.request_id()
+        if error.http_status >= 500 and not isinstance(error, ShuttingDown):
+            log.error("request %s failed: %s", self.request_id, error.log or error.message,
+                      exc_info=kwargs.get("exc_info") if isinstance(error, InternalError) and
+                      error.log is None else None)
+        self.set_status(error.http_status)
+        self.set_header("Content-Type", "application/json")
+        self.set_header("x-request-id", self.request_id)
+        if error.http_status == 405:  # RFC 9110: a 405 names the methods the resource has
+            self.set_header("Allow", ", ".join(self.allowed_methods()))
+        if error.retry_after is not None:
+            self.set_header("Retry-After", str(int(error.retry_after)))
+        self.finish(error.body(self.request_id).model_dump_json())
+
+    @staticmethod
+    def _as_api_error(exc: BaseException | None, status_code: int) -> A5sError:
+        if isinstance(exc, A5sError):
+            return exc
+        if status_code == 405:
+            return MethodNotAllowed("This resource does not take that method.")
+        if status_code == 404:
+            return NotFound()
+        if 400 <= status_code < 500:  # tornado's own refusals (static files, malformed requests)
+            return InvalidRequest(getattr(exc, "log_message", None)
+                                  or "The request is malformed.")
+        return InternalError(log=repr(exc) if exc else None)
+
+    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
+        if isinstance(value, A5sError) and (value.http_status < 500
+                                            or isinstance(value, ShuttingDown)):
+            return
+        if isinstance(value, tornado.web.HTTPError) and value.status_code < 500:
+            return
+        super().log_exception(typ, value, tb)
+
+
+class BaseHandler(ErrorEnvelope):
     """Handlers get the process ``Context`` through ``initialize``, never from globals."""
 
     SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
@@ -85,6 +185,11 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def prepare(self) -> None:
         self.set_header("x-request-id", self.request_id)
+        gate = admission(self.ctx)
+        if gate.draining:
+            raise ShuttingDown(retry_after=5)
+        gate.in_flight += 1
+        self._admitted = True
         allowed = self.QUERY.get(self.request.method or "")
         if allowed is not None:
             for name in self.request.query_arguments:
@@ -97,44 +202,14 @@ class BaseHandler(tornado.web.RequestHandler):
         self.set_status(status)
         self.finish(model.model_dump_json(by_alias=True))
 
-    def write_error(self, status_code: int, **kwargs: Any) -> None:
-        exc = kwargs.get("exc_info", (None, None, None))[1]
-        error = self._as_api_error(exc, status_code)
-        if error.http_status >= 500:
-            log.error("request %s failed: %s", self.request_id, error.log or error.message,
-                      exc_info=kwargs.get("exc_info") if isinstance(error, InternalError) and
-                      error.log is None else None)
-        self.set_status(error.http_status)
-        self.set_header("Content-Type", "application/json")
-        self.set_header("x-request-id", self.request_id)
-        if error.retry_after is not None:
-            self.set_header("Retry-After", str(int(error.retry_after)))
-        self.finish(error.body(self.request_id).model_dump_json())
-
-    @staticmethod
-    def _as_api_error(exc: BaseException | None, status_code: int) -> A5sError:
-        if isinstance(exc, A5sError):
-            return exc
-        if status_code == 405:
-            return MethodNotAllowed()
-        if status_code == 404:
-            return NotFound()
-        if isinstance(exc, tornado.web.HTTPError) and exc.status_code == 400:
-            return InvalidRequest(exc.log_message or "The request is malformed.")
-        return InternalError(log=repr(exc) if exc else None)
-
     def on_finish(self) -> None:
+        if getattr(self, "_admitted", False):
+            self._admitted = False
+            admission(self.ctx).in_flight -= 1
         # One place counts every REST answer, labelled by route pattern (bounded), not path.
         route = self.ctx.metrics.route_of(self.application, type(self))
         self.ctx.metrics.observe_request(route, self.request.method or "", self.get_status(),
                                          self.request.request_time())
-
-    def log_exception(self, typ: Any, value: Any, tb: Any) -> None:
-        if isinstance(value, A5sError) and value.http_status < 500:
-            return
-        if isinstance(value, tornado.web.HTTPError) and value.status_code < 500:
-            return
-        super().log_exception(typ, value, tb)
 
     # --- auth ---------------------------------------------------------------------------------
 
@@ -150,9 +225,102 @@ class BaseHandler(tornado.web.RequestHandler):
         return parse_body(model, self.request.body)
 
 
-class NotFoundHandler(BaseHandler):
-    """Unknown paths: the envelope with ``not_found`` for every method."""
+def allowed_methods(handler: type[tornado.web.RequestHandler]) -> list[str]:
+    """The methods a handler class implements (for ``Allow``)."""
+    base = tornado.web.RequestHandler
+    return [m for m in handler.SUPPORTED_METHODS
+            if getattr(handler, m.lower(), None) is not getattr(base, m.lower(), None)]
+
+
+DRAIN_LIMIT = 64 << 20
+"""A refused body up to this size is read (and dropped) before the answer is sent."""
+
+
+@tornado.web.stream_request_body
+class _Refusal(BaseHandler):
+    """Refuses a request whatever its body, with the envelope.
+
+    Tornado answers a body over the server's limit with a bare ``400`` of its own; a
+    handler that streams the body raises that limit for its request first. The answer
+    waits for the body (dropped as it comes): a server that answers and closes while the
+    client still sends makes the client's kernel see a reset, not the answer. A body
+    declared over :data:`DRAIN_LIMIT` is answered at once and the connection closed.
+    """
 
     def prepare(self) -> None:
         super().prepare()
-        raise NotFound(f"No route for {self.request.path}.")
+        self.request.connection.set_max_body_size(DRAIN_LIMIT)  # type: ignore[union-attr]
+        length = self.request.headers.get("Content-Length", "")
+        if not length.isdigit() or int(length) > DRAIN_LIMIT:
+            if length or "chunked" in self.request.headers.get("Transfer-Encoding", ""):
+                self.set_header("Connection", "close")
+                raise self.answer()
+
+    def answer(self) -> A5sError:
+        raise NotImplementedError
+
+    def data_received(self, chunk: bytes) -> None:
+        pass  # refused; the body is dropped
+
+    def _refuse(self, *_: Any) -> None:
+        raise self.answer()
+
+    SUPPORTED_METHODS = (*BaseHandler.SUPPORTED_METHODS, "TRACE", "CONNECT")
+    get = head = post = put = patch = delete = options = trace = connect = _refuse
+
+
+class NotFoundHandler(_Refusal):
+    """Unknown paths: the envelope with ``not_found`` for every method and any body."""
+
+    def answer(self) -> A5sError:
+        return NotFound(f"No route for {self.request.path}.")
+
+
+class BodyTooLargeHandler(_Refusal):
+    """A declared body over :data:`JSON_BODY_LIMIT` on a route that takes JSON."""
+
+    def answer(self) -> A5sError:
+        return FileTooLarge(
+            f"The request body is over {JSON_BODY_LIMIT // (1 << 20)} MiB, the limit for "
+            "requests that are not uploads (metadata takes at most 16 KB); upload audio with "
+            "POST /v1/files or POST /v1/files/upload-url.")
+
+
+class WrongMethodHandler(_Refusal):
+    """A method the route does not have: 405 with the route's ``Allow``, whatever the body."""
+
+    def initialize(self, ctx: Context, allow: list[str]) -> None:  # type: ignore[override]
+        super().initialize(ctx)
+        self.allow = allow
+
+    def allowed_methods(self) -> list[str]:
+        return self.allow
+
+    def answer(self) -> A5sError:
+        return MethodNotAllowed(f"{self.request.path} does not take {self.request.method}; "
+                                f"it takes {', '.join(self.allow)}.")
+
+
+class Application(tornado.web.Application):
+    """Refusals that do not depend on the body are answered without reading it into memory.
+
+    A method the route lacks goes to :class:`WrongMethodHandler`, a declared body over
+    :data:`JSON_BODY_LIMIT` on a route that buffers its body (every route but the uploads)
+    to :class:`BodyTooLargeHandler`: the envelope, not tornado's bare 400.
+    """
+
+    def find_handler(self, request: Any, **kwargs: Any) -> Any:
+        delegate = super().find_handler(request, **kwargs)
+        target = getattr(delegate, "handler_class", None)
+        args = self.settings.get("default_handler_args", {})
+        if (target is not None and issubclass(target, ErrorEnvelope)
+                and not issubclass(target, _Refusal)):
+            allow = allowed_methods(target)
+            if request.method not in allow:
+                return self.get_handler_delegate(request, WrongMethodHandler,
+                                                 {**args, "allow": allow})
+        length = request.headers.get("Content-Length", "")
+        if (not getattr(delegate, "stream_request_body", True) and length.isdigit()
+                and int(length) > JSON_BODY_LIMIT):
+            return self.get_handler_delegate(request, BodyTooLargeHandler, args)
+        return delegate

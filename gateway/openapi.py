@@ -19,7 +19,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from schemas.api import (ENGLISH_VARIANTS, METADATA_MAX_BYTES, Account,
-                         CreateTranscript, DeletedTranscript, FileObject, Health, ModelList,
+                         CreateTranscript, DeletedTranscript, FileObject, ModelList,
                          Transcript, TranscriptList, UploadUrl, Usage, WebhookEvent)
 from schemas.errors import HTTP_ERRORS, STREAM_CLOSE_CODES, ErrorEnvelope
 from schemas.realtime import ClientMessage, ServerMessage
@@ -34,7 +34,7 @@ API_VERSION = "1.0.0"
 REF = "#/components/schemas/{model}"
 _MODELS: tuple[type[BaseModel], ...] = (
     Transcript, DeletedTranscript, TranscriptList, CreateTranscript, FileObject, UploadUrl,
-    ModelList, Account, Usage, Health, WebhookEvent, ErrorEnvelope)
+    ModelList, Account, Usage, WebhookEvent, ErrorEnvelope)
 _CLIENT_FRAMES = typing.get_args(typing.get_args(ClientMessage)[0])
 _SERVER_FRAMES = typing.get_args(ServerMessage)
 _STORE_ERRORS = (500, 502, 504)  # any handler that reaches ClickHouse, Redis or the store
@@ -89,7 +89,7 @@ def _operations() -> list[Op]:
         Op("post", "/v1/transcripts", "createTranscript", "Create a transcript",
            {201: _json(Transcript, "Created, status `queued`.", location),
             200: _json(Transcript, "Idempotent replay: the original transcript.")},
-           (400, 404, 409, 429) + auth_err,
+           (400, 404, 409, 413, 429) + auth_err,
            params=[_param("Idempotency-Key", "header", {"type": "string", "minLength": 1,
                                                         "maxLength": 255},
                           "A retry with the same key and body returns the original "
@@ -163,9 +163,6 @@ def _operations() -> list[Op]:
            {200: {"description": "OpenAPI 3.1.", "headers": {},
                   "content": {"application/json": {"schema": {"type": "object"}}}}},
            auth=False),
-        Op("get", "/health", "getHealth", "Health of the backing services",
-           {200: _json(Health, "Every component answers."),
-            503: _json(Health, "At least one component is down.")}, auth=False),
         _realtime(),
     ]
 

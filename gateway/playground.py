@@ -15,6 +15,8 @@ from typing import Any
 
 import tornado.web
 
+from .base import ErrorEnvelope
+
 __all__ = ["playground_routes", "PlaygroundPage", "StaticAsset", "STATIC_DIR"]
 
 STATIC_DIR = Path(str(resources.files("gateway").joinpath("static")))
@@ -25,7 +27,7 @@ _CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'
         "frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 
 
-class PlaygroundPage(tornado.web.RequestHandler):
+class PlaygroundPage(ErrorEnvelope):
     """One HTML page from the static directory, with a strict content security policy."""
 
     def initialize(self, page: str) -> None:
@@ -42,15 +44,19 @@ class PlaygroundPage(tornado.web.RequestHandler):
         self.finish((STATIC_DIR / self.page).read_bytes())
 
 
-class StaticAsset(tornado.web.StaticFileHandler):
+class StaticAsset(ErrorEnvelope, tornado.web.StaticFileHandler):
     def set_default_headers(self) -> None:
         self.set_header("X-Content-Type-Options", "nosniff")
         self.set_header("Cache-Control", "no-cache")
 
 
+class _Redirect(ErrorEnvelope, tornado.web.RedirectHandler):
+    pass
+
+
 def playground_routes() -> list[tuple[str, type, dict[str, Any]]]:
     return [
-        (r"/", tornado.web.RedirectHandler, {"url": "/playground"}),
+        (r"/", _Redirect, {"url": "/playground"}),
         (r"/playground", PlaygroundPage, {"page": "playground.html"}),
         (r"/playground/live", PlaygroundPage, {"page": "live.html"}),
         (r"/playground/static/(.*)", StaticAsset, {"path": str(STATIC_DIR)}),

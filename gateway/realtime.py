@@ -40,9 +40,9 @@ from pydantic import BaseModel, ValidationError
 
 from schemas import ids
 from schemas.api import ENGLISH_VARIANTS, STREAMING_MODEL
-from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, ModelAccessDenied,
-                            StreamError, StreamErrorCode, Unauthorized, UpstreamTimeout,
-                            UpstreamUnavailable)
+from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, InvalidRequest,
+                            ModelAccessDenied, ShuttingDown, StreamError, StreamErrorCode,
+                            Unauthorized, UpstreamTimeout, UpstreamUnavailable)
 from schemas.realtime import (CLIENT_MESSAGES, PROVIDER, Error, Finish, Finished, Ping, Pong,
                               ProviderError, ProviderStatus, Ready, SessionLimit, Start,
                               TranscriptMessage)
@@ -52,7 +52,7 @@ from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import Principal, principal_for
+from .base import ErrorEnvelope, Principal, admission, principal_for, validation_param
 from .realtime_hub import RealtimeHub
 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
@@ -83,10 +83,23 @@ def stream_error(exc: BaseException) -> StreamError:
         return StreamError(Code.account_suspended, exc.message)
     if isinstance(exc, ModelAccessDenied):
         return StreamError(Code.model_access_denied, exc.message)
+    if isinstance(exc, ShuttingDown):
+        return StreamError(Code.upstream_unavailable, exc.message)
     if isinstance(exc, (UpstreamUnavailable, UpstreamTimeout)):
         return StreamError(Code.upstream_unavailable, "A backing service is unavailable; "
                            "retry with backoff.")
     return StreamError(Code.internal_error, "The server failed; retry with backoff.")
+
+
+def _message_problem(exc: ValidationError) -> str:
+    """What is wrong with a client message, in the protocol's words (not pydantic's)."""
+    kind = exc.errors(include_url=False)[0].get("type")
+    if kind == "union_tag_invalid":
+        return "unknown message type (start, ping and finish are the messages)"
+    if kind == "union_tag_not_found":
+        return "a message needs a type"
+    return validation_param(exc)[1].rstrip(".").replace(" start.", " ", 1).replace(
+        "'start.", "'", 1)
 
 
 def language_tag(value: str) -> str:
@@ -99,7 +112,7 @@ def language_tag(value: str) -> str:
     return f"{lang}-{region.upper()}" if region else lang
 
 
-class StreamSocket(tornado.websocket.WebSocketHandler):
+class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     """One live session. Dependencies come from the route table (``make_app``)."""
 
     def initialize(self, ctx: Context, hub: RealtimeHub) -> None:
@@ -129,6 +142,12 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
 
     # --- tornado hooks ------------------------------------------------------------------------
 
+    async def get(self, *args: Any, **kwargs: Any) -> None:
+        if self.request.headers.get("Upgrade", "").lower() != "websocket":
+            raise InvalidRequest("This is the streaming endpoint: open a WebSocket "
+                                 "(Upgrade: websocket), see docs/realtime.md.", param="Upgrade")
+        await super().get(*args, **kwargs)
+
     def check_origin(self, origin: str) -> bool:
         return True  # checked after the upgrade, so the client reads origin_not_allowed
 
@@ -148,6 +167,12 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
     async def open(self, *args: Any, **kwargs: Any) -> None:
         self._spawn(self._watch())
         try:
+            gate = admission(self.ctx)
+            if gate.draining:
+                raise ShuttingDown()
+            # stopping ends this session with upstream_unavailable and 1013, then waits for
+            # its usage to be counted (``_cleanup``)
+            gate.sessions[self] = lambda: self._fail(ShuttingDown())
             self._check_origin()
             self.principal = await self._authenticate()
         except Exception as exc:  # every refusal is an error message and a close code
@@ -202,9 +227,11 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
     def _on_text(self, text: str) -> None:
         try:
             message = CLIENT_MESSAGES.validate_python(json.loads(text))
-        except (ValueError, ValidationError, RecursionError) as exc:  # "[[[[..." nests too deep
+        except ValidationError as exc:  # before ValueError, which it is too
+            message, detail = None, _message_problem(exc)
+        except (ValueError, RecursionError) as exc:  # "[[[[..." nests too deep
             message = None
-            detail = str(exc).splitlines()[0][:200]
+            detail = f"not JSON ({str(exc).splitlines()[0][:200]})"
         if self.state == "connected":
             if not isinstance(message, Start):
                 raise StreamError(Code.invalid_start, "The first message must be a valid "
@@ -445,6 +472,7 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
                                                          self.session_id)
             await asyncio.sleep(self.opts.batch_ms / 1000 + 1)  # let the last record go out
             self.hub.detach(self.session_id)
+            admission(self.ctx).sessions.pop(self, None)
             for task in list(self.tasks):
                 if task is not asyncio.current_task() and not getattr(task, "a5s_keep", False):
                     task.cancel()

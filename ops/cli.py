@@ -20,8 +20,17 @@ __all__ = ["main"]
 
 
 def _settings(data_dir: str | None, check: bool = True) -> Settings:
-    """The settings; ``check``: validate the engine settings first (what serves models)."""
-    settings = Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+    """The settings, or a one-line error naming the bad ``A5S_*`` variable or config entry;
+    ``check``: validate the engine settings too (what serves models)."""
+    from pydantic import ValidationError
+    try:
+        settings = Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        name = "A5S_" + "__".join(str(p) for p in err.get("loc", ())).upper()
+        raise click.ClickException(f"setting {name} (or its entry in $A5S_CONFIG): "
+                                   f"{err.get('msg', 'invalid value')} "
+                                   f"(got {err.get('input')!r})") from exc
     if not check:
         return settings
     from ops.models_check import startup_check
@@ -50,12 +59,24 @@ def main() -> None:
 def up(data_dir: str | None, workers: int) -> None:
     """Start everything on this machine: broker, Redis, ClickHouse engine, gateway, worker."""
     from ops.embedded import EmbeddedStack
+    from ops.instance import InstanceError, claim, release
     from ops.workers import WorkerPool
     settings = _settings(data_dir)
     settings.data_path.mkdir(parents=True, exist_ok=True)
+    try:
+        for name, pid in claim(settings):
+            click.echo(f"a5s: stopped the {name} (pid {pid}) a previous run left behind",
+                       err=True)
+    except InstanceError as exc:
+        raise click.ClickException(str(exc)) from exc
     stack = EmbeddedStack(settings)
     click.echo(f"a5s: starting the embedded stack in {settings.data_path}")
-    stack.start()
+    try:
+        stack.start()
+    except (OSError, RuntimeError, TimeoutError) as exc:
+        release(settings)
+        raise click.ClickException(f"the embedded stack did not start: {exc} "
+                                   f"(logs in {settings.data_path / 'logs'})") from exc
     env = {**os.environ, "A5S_DATA_DIR": str(settings.data_path)}
     pool = WorkerPool(settings, workers - 1, lambda: _restart(stack, "broker"), env)
     stopping = False
@@ -67,12 +88,16 @@ def up(data_dir: str | None, workers: int) -> None:
         if child is not None and child.poll() is None:
             child.send_signal(signal.SIGTERM)
 
-    signal.signal(signal.SIGINT, stop)
-    signal.signal(signal.SIGTERM, stop)
+    # A closed terminal (SIGHUP) stops like Ctrl-C. The service runs in its own session,
+    # so a terminal's signals reach only this supervisor, which stops it in order: the
+    # service stops accepting and drains, then the broker and Valkey stop.
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
     restarts = 0
     try:
         while not stopping:
-            child = subprocess.Popen([sys.executable, "-P", "-m", "ops.cli", "serve"], env=env)
+            child = subprocess.Popen([sys.executable, "-P", "-m", "ops.cli", "serve"], env=env,
+                                     start_new_session=True)
             started = time.monotonic()
             code = _supervise(child, stack, lambda: stopping, pool.tick)
             if stopping:
@@ -95,6 +120,7 @@ def up(data_dir: str | None, workers: int) -> None:
             except subprocess.TimeoutExpired:
                 child.kill()
         stack.stop()
+        release(settings)
         click.echo("a5s: stopped")
 
 
@@ -357,16 +383,34 @@ def _api_errors(fn: Any) -> Any:
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from a5s import A5sError, APIStatusError
+        from a5s import A5sError, APIConnectionError, APIStatusError, StreamError
         try:
             return fn(*args, **kwargs)
+        except APIConnectionError as exc:
+            reason = str(exc).removeprefix("cannot reach the service: ")
+            raise click.ClickException(f"cannot reach the service at {kwargs.get('url')} "
+                                       f"({reason}): is a5s running there? (`a5s up` starts "
+                                       "it; --url or $A5S_URL point elsewhere)") from exc
         except APIStatusError as exc:
             raise click.ClickException(f"{exc.code}: {exc.message}" + (
                 f" (param {exc.param})" if exc.param else "") + (
                 f" [{exc.request_id}]" if exc.request_id else "")) from exc
+        except StreamError as exc:
+            hint = (": is a5s running there? (`a5s up` starts it; --url or $A5S_URL point "
+                    "elsewhere)" if exc.code == "connection_failed" else "")
+            raise click.ClickException(f"{exc.code}: {exc.message}{hint}") from exc
         except A5sError as exc:
             raise click.ClickException(str(exc)) from exc
     return wrapper
+
+
+def _probe(path: str) -> None:
+    """A file that is missing or not audio is refused here, before anything is sent."""
+    from a5s.audio import probe_audio
+    try:
+        probe_audio(path)
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from exc
 
 
 @main.command()
@@ -384,6 +428,8 @@ def transcribe(source: str, fmt: str | None, timeout: float | None, key: str, ur
     Without a format flag, one line per speaker turn: ``speaker_1: text``.
     """
     from a5s import Client
+    if not source.startswith(("http://", "https://")):
+        _probe(source)
     started = time.monotonic()
 
     def progress(stage: str, transcript: Any) -> None:
@@ -402,7 +448,7 @@ def transcribe(source: str, fmt: str | None, timeout: float | None, key: str, ur
 
 
 @main.command()
-@click.argument("source", type=click.Path(exists=True, dir_okay=False))
+@click.argument("source")
 @click.option("--language", default="en-US", show_default=True)
 @key_option
 @url_option
@@ -414,6 +460,7 @@ def stream(source: str, language: str, key: str, url: str) -> None:
     ends with a newline.
     """
     from a5s.realtime import stream as live
+    _probe(source)
     ws_url = "ws" + url.rstrip("/").removeprefix("http") + "/v1/realtime"
     tty = sys.stdout.isatty()
     committed = ""

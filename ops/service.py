@@ -3,7 +3,10 @@
 The embedded default runs both in one process because chdb allows one process per
 data directory. Distributed deployments run ``a5s gateway`` and ``a5s worker``
 replicas against a ClickHouse server. Either way the order is: clients and
-schema, topics, then serving; Ctrl-C or SIGTERM stops serving, then closes clients.
+schema, topics, then serving. Stopping (SIGINT, SIGTERM or SIGHUP) runs the other
+way: the gateway stops admitting requests (503 with the envelope, WebSockets 1013)
+and lets the admitted ones finish, then the pipeline stops (offsets committed, so
+what it had not finished is taken up on the next start), then the clients close.
 """
 
 from __future__ import annotations
@@ -25,6 +28,9 @@ __all__ = ["run", "ensure_default_account", "ROLES"]
 
 log = logging.getLogger("a5s")
 ROLES = {"gateway", "worker"}
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+DRAIN_S = 10.0
+"""How long admitted requests may take to finish once stopping has begun."""
 PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize", "publish",
                    "webhooks", "retention", "realtime"}
 
@@ -46,10 +52,11 @@ async def ensure_default_account(ctx: Context) -> None:
 
 def _start_http(ctx: Context) -> list[Any]:
     from gateway.app import make_app, make_console_app
+    from gateway.base import JSON_BODY_LIMIT
     from gateway.console import console_token
     s = ctx.settings
     # JSON bodies are small; the upload handlers stream and raise this limit per request.
-    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=1 << 20,
+    servers = [make_app(ctx).listen(s.port, address=s.host, max_body_size=JSON_BODY_LIMIT,
                                     idle_connection_timeout=120),
                make_console_app(ctx, console_token(s)).listen(s.console_port,
                                                               address="127.0.0.1")]
@@ -88,8 +95,8 @@ def run(settings: Settings, roles: set[str]) -> int:
     pidfile.write_text(str(os.getpid()))
     try:
         if "worker" in roles:
-            return _run_worker(settings, ctx, loop)
-        return _run_gateway(loop)
+            return _run_worker(settings, ctx, loop, roles)
+        return _run_gateway(ctx, loop)
     finally:
         if loop.is_closed():  # the Faust worker closes the loop it ran on
             ctx.ch.close_now()
@@ -100,16 +107,28 @@ def run(settings: Settings, roles: set[str]) -> int:
             pidfile.unlink()
 
 
-def _run_gateway(loop: asyncio.AbstractEventLoop) -> int:
+async def _stop_admitting(ctx: Context) -> None:
+    from gateway.base import admission
+    log.info("stopping: new requests are refused; %d admitted ones finish, %d live sessions "
+             "end", admission(ctx).in_flight, len(admission(ctx).sessions))
+    left = await admission(ctx).drain(DRAIN_S)
+    if left:
+        log.warning("stopping: %d requests or sessions did not finish in %.0f s", left,
+                    DRAIN_S)
+
+
+def _run_gateway(ctx: Context, loop: asyncio.AbstractEventLoop) -> int:
     stop = asyncio.Event()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, stop.set)
     print("a5s: ready", flush=True)
     loop.run_until_complete(stop.wait())
+    loop.run_until_complete(_stop_admitting(ctx))
     return 0
 
 
-def _run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoop) -> int:
+def _run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoop,
+                roles: set[str]) -> int:
     import faust
 
     from pipeline.app import Pipeline, create_app
@@ -125,8 +144,29 @@ def _run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoo
     async def announce() -> None:
         print("a5s: ready", flush=True)
 
-    worker = faust.Worker(app, loop=loop, loglevel=settings.log_level, quiet=True,
-                          redirect_stdouts=False, override_logging=False)
+    serves_http = "gateway" in roles
+
+    class Worker(faust.Worker):  # type: ignore[misc]
+        """Faust's worker, stopped after the gateway has stopped admitting requests."""
+
+        stopping: asyncio.Task[None] | None = None
+
+        def _install_signal_handlers_unix(self) -> None:
+            super()._install_signal_handlers_unix()
+            for sig in STOP_SIGNALS:
+                self.loop.add_signal_handler(sig, self._stop_in_order)
+
+        def _stop_in_order(self) -> None:
+            if self.stopping is None:
+                self.stopping = asyncio.ensure_future(self._drain_then_stop())
+
+        async def _drain_then_stop(self) -> None:
+            if serves_http:
+                await _stop_admitting(ctx)
+            self._schedule_shutdown(signal.SIGTERM)
+
+    worker = Worker(app, loop=loop, loglevel=settings.log_level, quiet=True,
+                    redirect_stdouts=False, override_logging=False)
     try:
         worker.execute_from_commandline()
     except SystemExit as exc:

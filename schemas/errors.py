@@ -23,6 +23,7 @@ what the client reads; ``log`` carries detail for operators only.
     │   └── QueueFull             429 queue_full     (Retry-After)
     ├── InternalError             500 internal_error
     ├── UpstreamUnavailable       502 upstream_unavailable (no request_id)
+    │   └── ShuttingDown          503 upstream_unavailable (while the gateway stops)
     └── UpstreamTimeout           504 upstream_timeout     (no request_id)
 
 Job errors (a transcript's ``error.code``) and streaming close codes are listed
@@ -41,6 +42,7 @@ __all__ = [
     "UsageLimitReached", "ModelAccessDenied", "UploadUrlInvalid", "NotFound", "FileNotFound",
     "MethodNotAllowed", "IdempotencyConflict", "TranscriptNotReady", "FileTooLarge",
     "RateLimited", "QueueFull", "InternalError", "UpstreamUnavailable", "UpstreamTimeout",
+    "ShuttingDown",
     "ErrorBody", "ErrorEnvelope", "JobErrorCode", "JobFailed", "StreamErrorCode",
     "STREAM_CLOSE_CODES", "StreamError", "HTTP_ERRORS",
 ]
@@ -183,6 +185,17 @@ class InternalError(A5sError):
 class UpstreamUnavailable(A5sError):
     http_status, code, has_request_id = 502, "upstream_unavailable", False
     default_message = "A backing service is unavailable; retry with backoff."
+
+
+class ShuttingDown(UpstreamUnavailable):
+    """The gateway is stopping (or restarting): a request it will not start now.
+
+    503 with the envelope, its request id and ``Retry-After``: the spec's rule for
+    ``upstream_unavailable`` (retry with backoff) applies; a WebSocket closes with 1013.
+    """
+
+    http_status, has_request_id = 503, True
+    default_message = "The service is stopping or restarting; retry in a few seconds."
 
 
 class UpstreamTimeout(A5sError):

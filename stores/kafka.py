@@ -182,7 +182,13 @@ def pace_empty_fetches(pause_s: float = 0.05) -> None:
                 wait = min(pause_s, self._fetch_max_wait_ms / 1000)
                 remaining = wait - (time.monotonic() - started)
                 if remaining > 0:
-                    await asyncio.sleep(remaining)
+                    # Cancelled here by ``Fetcher.close``, which awaits this task: end as
+                    # aiokafka's own fetch does when cancelled, or the consumer thread dies
+                    # with CancelledError and the worker's stop waits for it.
+                    try:
+                        await asyncio.sleep(remaining)
+                    except asyncio.CancelledError:
+                        return False
             return got
 
     consumer_module.Fetcher = PacedFetcher  # type: ignore[misc]

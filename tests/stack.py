@@ -78,11 +78,11 @@ class Stack:
                         "A5S_EMBEDDED__REDIS": str(free_port()),
                         "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
                         "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
-                        "PYTHONUNBUFFERED": "1",
-                        # the service process runs with -P (no cwd on sys.path): without
-                        # this it would import the installed checkout, not this one
-                        "PYTHONPATH": str(REPO), **self.env}
-        env = {**os.environ, **self.env}
+                        "PYTHONUNBUFFERED": "1", **self.env}
+        # The service is started with ``python -P`` (no cwd on sys.path): this checkout's
+        # packages must win over whatever the environment has installed.
+        env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(
+            p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
         self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO,
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT,

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from ..text import collapse_repeats, normalise_words
 from ..types import SAMPLE_RATE, TimedWord
 from .base import map_engine_errors, resolve_device
+from .word_edges import snap_to_sound
 
 __all__ = ["WhisperOptions", "WhisperEngine"]
 
@@ -74,6 +75,9 @@ class WhisperOptions(BaseModel):
     """Encoder window = the chunk plus this many zero frames (10 ms each); ``None``: 30 s."""
     min_window_frames: int = Field(1000, ge=100, le=3000)
     """The smallest fitted encoder window, 10 ms frames."""
+    snap_word_edges: bool = True
+    """Move word edges that the alignment left inside a pause to the sound
+    (:mod:`pipeline.asr.word_edges`): the same times whatever the window, batch or CPU."""
 
 
 class WhisperEngine:
@@ -113,7 +117,7 @@ class WhisperEngine:
         if o.window_pad_frames is not None and o.hallucination_silence_threshold_s is None:
             segments = self._decode_fitted([audio])[0]
             if segments is not None:
-                return self._words(segments, audio.size / SAMPLE_RATE, offset)
+                return self._words(segments, audio, offset)
             self.batch_fallbacks += 1
         return self._transcribe_full(audio, offset)
 
@@ -128,7 +132,7 @@ class WhisperEngine:
                 condition_on_previous_text=False, word_timestamps=True, vad_filter=False,
                 hallucination_silence_threshold=o.hallucination_silence_threshold_s)
             segments = list(segments)  # the generator decodes lazily: drain it here
-        return self._words(segments, audio.size / SAMPLE_RATE, offset)
+        return self._words(segments, audio, offset)
 
     def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]]) -> list[list[TimedWord]]:
         """Recognise several chunks (at most 30 s each) in one batched decode.
@@ -161,7 +165,7 @@ class WhisperEngine:
                 self.batch_fallbacks += 1
                 out[i] = self._transcribe_full(audio, offset)
             else:
-                out[i] = self._words(segments, audio.size / SAMPLE_RATE, offset)
+                out[i] = self._words(segments, audio, offset)
         return out
 
     def _decode_fitted(self, audios: list[np.ndarray]) -> list[list | None]:
@@ -176,9 +180,10 @@ class WhisperEngine:
                 log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold,
                 window_pad_frames=o.window_pad_frames, min_window_frames=o.min_window_frames))
 
-    def _words(self, segments: list, length: float, offset: float) -> list[TimedWord]:
+    def _words(self, segments: list, audio: np.ndarray, offset: float) -> list[TimedWord]:
         """Words of a chunk's segments, past the hallucination checks, with file times."""
         o = self.opts
+        length = audio.size / SAMPLE_RATE
         raw: list[TimedWord] = []
         for segment in segments:
             doubtful = segment.no_speech_prob >= o.doubtful_no_speech
@@ -192,7 +197,10 @@ class WhisperEngine:
                 end = min(max(float(w.end), start), length)
                 raw.append(TimedWord(w.word, round(offset + start, 3), round(offset + end, 3),
                                      round(float(w.probability), 4)))
-        return collapse_repeats(normalise_words(_join_pieces(raw)), o.max_repeats)
+        words = _join_pieces(raw)
+        if o.snap_word_edges:
+            words = snap_to_sound(words, audio, offset, SAMPLE_RATE)
+        return collapse_repeats(normalise_words(words), o.max_repeats)
 
     def _implausible(self, avg_logprob: float, words: list) -> bool:
         if avg_logprob < self.opts.doubtful_log_prob:

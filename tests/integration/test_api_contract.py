@@ -586,3 +586,116 @@ def test_subtitles_and_usage(stack: Stack, eval_server: EvalServer) -> None:
             expect_error(c.get("/v1/usage", params=params), 400, "invalid_request", name)
         assert c.get("/v1/usage", params={"days": 90, "timezone": "Asia/Kathmandu"}
                      ).status_code == 200
+
+
+# --- the error surface: every error has the envelope, every 405 says what is allowed -------
+
+
+def expect_envelope(resp: httpx.Response) -> dict[str, Any]:
+    """Any error: the envelope, its request id in the body and the header; ``Allow`` on 405."""
+    assert resp.status_code >= 400, resp.status_code
+    assert re.fullmatch(r"req_[0-9a-z]{26}", resp.headers.get("x-request-id", "")), \
+        (resp.status_code, dict(resp.headers))
+    if resp.status_code == 405:
+        assert resp.headers.get("allow"), dict(resp.headers)
+    if resp.request.method == "HEAD":
+        return {}
+    err = resp.json()["error"]
+    assert set(err) == {"type", "code", "message", "param", "request_id"} and err["message"]
+    assert (resp.status_code, err["type"]) == TYPES[err["code"]], err
+    assert err["request_id"] == resp.headers["x-request-id"]
+    return err
+
+
+def _multipart(size: int) -> tuple[bytes, str]:
+    boundary = "a5sboundary"
+    body = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"model\"\r\n\r\nwhisper-1\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\""
+            f"\r\nContent-Type: audio/wav\r\n\r\n").encode() + b"\0" * size + \
+        f"\r\n--{boundary}--\r\n".encode()
+    return body, f"multipart/form-data; boundary={boundary}"
+
+
+def test_oversized_json_is_413_with_the_envelope(client: httpx.Client) -> None:
+    body = json.dumps({"audio_url": "http://a.example/x.wav",
+                       "metadata": {"notes": "x" * 2_000_000}})
+    err = expect_envelope(client.post("/v1/transcripts", content=body,
+                                      headers={"Content-Type": "application/json"}))
+    assert err["code"] == "file_too_large" and "1 MiB" in err["message"]
+
+
+def test_unknown_routes_answer_not_found_whatever_the_body(client: httpx.Client) -> None:
+    """openai's ``audio.translations.create``: a multipart upload to a route that is not ours."""
+    for size in (10, 2_000_000):
+        body, ctype = _multipart(size)
+        err = expect_envelope(client.post("/v1/audio/translations", content=body,
+                                          headers={"Content-Type": ctype}))
+        assert err["code"] == "not_found", err
+
+
+def test_routes_outside_the_api_use_the_envelope(stack: Stack) -> None:
+    """The playground, its static files, the redirect and the WebSocket route err alike."""
+    for method, path, status in [("POST", "/playground", 405), ("DELETE", "/", 405),
+                                 ("GET", "/playground/static/nope.js", 404),
+                                 ("PUT", "/playground/static/app.js", 405),
+                                 ("GET", "/v1/realtime", 400), ("POST", "/v1/realtime", 405),
+                                 ("POST", "/health", 405), ("POST", "/metrics", 405),
+                                 ("TRACE", "/v1/models", 405)]:
+        resp = httpx.request(method, stack.url(path))
+        assert resp.status_code == status, (method, path, resp.status_code, resp.text[:200])
+        expect_envelope(resp)
+
+
+def test_every_405_names_the_allowed_methods(client: httpx.Client) -> None:
+    for path, allowed in ROUTE_METHODS.items():
+        resp = client.request("PATCH" if "PATCH" not in allowed else "TRACE", path)
+        expect_envelope(resp)
+        assert set(resp.headers["allow"].split(", ")) == allowed, (path, resp.headers["allow"])
+
+
+def test_messages_are_the_apis_own_words(client: httpx.Client) -> None:
+    """No pydantic phrasing ("Value error, ...", "Speaker_labels: unknown field")."""
+    for body in ({"audio_url": "ftp://a.example/x.wav"}, {"audio_url": "http://a/x", "speed": 2},
+                 {"audio_url": "http://a/x", "speaker_labels": True}, {"audio_url": 5}, {}):
+        err = expect_envelope(client.post("/v1/transcripts", json=body))
+        assert "Value error" not in err["message"] and "unknown field" not in err["message"]
+        assert not re.match(r"[A-Z][a-z]+_[a-z_]+:", err["message"]), err["message"]
+
+
+FUZZ_METHODS = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
+FUZZ_PATHS = [*ROUTE_METHODS, "/v1/audio/transcriptions", "/v1/audio/translations", "/",
+              "/playground", "/playground/live", "/playground/static/app.js", "/metrics",
+              "/v1/realtime", "/v1", "/v2/transcripts", "/v1/transcripts/x/y/z", "/%ff", "/a b"]
+
+
+def test_fuzz_every_error_has_the_envelope(stack: Stack, key: str) -> None:
+    """Random method, path, key, content type and body size (oversized ones too): every error
+    status the server sends, 400 to 504, has the envelope and the request id; 405 has Allow."""
+    from hypothesis import HealthCheck, given, note, settings
+    from hypothesis import strategies as st
+
+    seen: set[int] = set()
+    with httpx.Client(base_url=stack.url(""), timeout=30) as http:
+        @given(method=st.sampled_from(FUZZ_METHODS), path=st.sampled_from(FUZZ_PATHS),
+               auth=st.booleans(), size=st.sampled_from([0, 7, 70_000, (1 << 20) + 1, 2_000_000]),
+               ctype=st.sampled_from(["application/json", "multipart", "audio/wav", None]),
+               query=st.sampled_from(["", "?limit=0", "?bogus=1", "?days=1000"]))
+        @settings(max_examples=150, deadline=None, derandomize=True, database=None,
+                  suppress_health_check=list(HealthCheck))
+        def check(method: str, path: str, auth: bool, size: int, ctype: str | None,
+                  query: str) -> None:
+            headers = {"Authorization": f"Bearer {key}"} if auth else {}
+            body = b"{" + b" " * max(size - 2, 0) + b"}" if size else b""
+            if ctype == "multipart":
+                body, ctype = _multipart(size)
+            if ctype:
+                headers["Content-Type"] = ctype
+            resp = http.request(method, path + query, headers=headers,
+                                content=body if method not in ("GET", "HEAD") else None)
+            if resp.status_code >= 400:
+                seen.add(resp.status_code)
+                note(f"{method} {path}{query} {ctype} {len(body)} bytes -> {resp.status_code}")
+                expect_envelope(resp)
+
+        check()
+    assert {400, 401, 404, 405, 413} <= seen, seen

@@ -75,5 +75,11 @@ def test_api_conforms_to_its_document(served: schemathesis.BaseSchema, fuzz_key:
         resp = case.call_and_validate(headers={"Authorization": f"Bearer {fuzz_key}"},
                                       checks=CHECKS, timeout=30)
         STATUSES[resp.status_code] += 1
+        if resp.status_code >= 400:  # every error: the envelope and its request id, Allow on 405
+            err = resp.json()["error"]
+            headers = {k.lower(): v[0] for k, v in resp.headers.items()}
+            assert err["request_id"] == headers["x-request-id"] or (
+                resp.status_code in (502, 504) and err["request_id"] is None), err
+            assert resp.status_code != 405 or headers.get("allow"), headers
 
     check()

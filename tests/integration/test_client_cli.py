@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 
 import httpx
 import pytest
@@ -12,7 +14,7 @@ from a5s import (AsyncClient, AuthenticationError, BadRequestError, Client, NotF
                  RateLimitError, TranscriptFailed)
 from schemas.api import Transcript
 
-from tests.stack import EVAL, REPO, Stack
+from tests.stack import EVAL, REPO, Stack, free_port
 
 pytestmark = pytest.mark.stack
 
@@ -132,3 +134,57 @@ def test_cli_stream(stack: Stack, key: str) -> None:
     assert out.returncode == 0, out.stderr
     assert "forward" in out.stdout.lower() and "finished" in out.stderr
 
+
+
+def _one_line_error(out: subprocess.CompletedProcess[str], *expected: str) -> str:
+    """A mistake: exit 1, no traceback, one error line (after any progress) saying what."""
+    assert out.returncode == 1, (out.returncode, out.stdout, out.stderr)
+    assert "Traceback" not in out.stdout + out.stderr and "never retrieved" not in out.stderr
+    lines = [ln for ln in out.stderr.strip().splitlines() if not ln.startswith("a5s: ")]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), out.stderr
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def test_cli_mistakes_are_one_line(stack: Stack, key: str, tmp_path) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("call the bank on monday\n")
+    locked = tmp_path / "locked.wav"
+    locked.write_bytes(JFK.read_bytes())
+    locked.chmod(0)
+    _one_line_error(_cli(stack, key, "transcribe", "nope.wav"), "nope.wav", "no such file")
+    _one_line_error(_cli(stack, key, "transcribe", str(notes)), "notes.txt",
+                    "not an audio or video file")
+    _one_line_error(_cli(stack, key, "transcribe", str(tmp_path)), "not a file")
+    if os.geteuid() != 0:  # root reads any file
+        _one_line_error(_cli(stack, key, "transcribe", str(locked)), "permission denied")
+    started = time.monotonic()
+    _one_line_error(_cli(stack, key, "stream", str(notes)), "not an audio or video file")
+    _one_line_error(_cli(stack, key, "stream", "nope.wav"), "no such file")
+    assert time.monotonic() - started < 30  # not the 45 s idle timeout
+
+
+def test_cli_with_the_service_down(key: str) -> None:
+    down = Stack(REPO)  # nothing listens on a fresh free port
+    down.port = free_port()
+    for args in (["transcribe", str(SHORT)], ["stream", str(SHORT)]):
+        line = _one_line_error(_cli(down, key, *args))
+        assert f"127.0.0.1:{down.port}" in line and "is a5s running" in line, line
+
+
+def test_streaming_a_file_that_does_not_decode_fails_at_once(stack: Stack, key: str,
+                                                             tmp_path) -> None:
+    """The client library alone (no probe): the sender's failure ends the session at once,
+    not at the service's 45 s idle timeout, and no task exception is left unretrieved."""
+    from a5s import StreamError
+    from a5s.realtime import stream
+
+    notes = tmp_path / "notes.txt"
+    notes.write_text("call the bank on monday\n")
+    started = time.monotonic()
+    with pytest.raises(StreamError) as caught:
+        for _ in stream(notes, url=stack.ws_url, api_key=key):
+            pass
+    assert caught.value.code == "send_failed" and "notes.txt" in caught.value.message
+    assert time.monotonic() - started < 15

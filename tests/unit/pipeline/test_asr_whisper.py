@@ -15,7 +15,8 @@ from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.models import resolve_whisper
 from pipeline.types import TimedWord
 
-from asr_support import EVAL, JFK, SIGNAL, wer
+from asr_support import (EVAL, JFK, JFK_ASK_ONSET, SIGNAL, reference_words, start_errors,
+                         wer)
 
 LIBRIVOX = EVAL / "real" / "pocketsphinx" / "librivox"
 NON_SPEECH = ["silence_digital_10s.wav", "silence_noise_floor_-60dBFS_10s.wav",
@@ -68,25 +69,54 @@ def test_fitted_window_follows_the_longest_chunk() -> None:
 
 def test_fitted_window_reads_like_the_full_window(whisper_base: WhisperEngine, model_cache: Path,
                                                   transcribe_file, manifest) -> None:
-    """Short chunks decoded in a fitted window: the words of a 30 s window, word times too."""
+    """Short chunks decoded in a fitted window: the words of a 30 s window, word times too.
+
+    The two windows are different numerics (and so are CPUs: AVX-512 or AVX2, MKL or
+    oneDNN), so what is asserted is what users need, over five clips: the fitted window's
+    WER within 0.03 of the full window's, and the starts of the words both find within
+    0.2 s of each other (95 % of them; none off by more than 0.5 s).
+    """
     assert whisper_base.opts.window_pad_frames is not None  # the default is fitted
     full = WhisperEngine(resolve_whisper("base", model_cache),
                          WhisperOptions(cpu_threads=2, window_pad_frames=None))
     paths = ["real/whisper/jfk.flac", "real/pocketsphinx/goforward.wav",
              "real/speechbrain/spk1_snt1.wav", "real/asterisk_16k/vm-mismatch.wav",
              "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0890.wav"]
-    refs, fitted_words, full_words = [], [], []
+    refs, fitted_words, full_words, errors = [], [], [], []
     for path in paths:
         fitted = transcribe_file(EVAL / path, whisper_base)
         padded = transcribe_file(EVAL / path, full)
         assert_well_formed(fitted, 0.0, manifest[path]["duration"])
-        if [w.text for w in fitted] == [w.text for w in padded]:
-            assert all(abs(a.start - b.start) <= 0.2 and abs(a.end - b.end) <= 0.2
-                       for a, b in zip(fitted, padded)), path
+        errors += start_errors(fitted, padded)
         refs.append(manifest[path]["reference_text"])
         fitted_words += fitted
         full_words += padded
     assert wer(" ".join(refs), fitted_words) <= wer(" ".join(refs), full_words) + 0.03
+    assert len(errors) >= 0.9 * len(full_words)
+    assert np.percentile(errors, 95) <= 0.2 and max(errors) <= 0.5, sorted(errors)[-5:]
+
+
+def test_word_times_match_a_timed_reference(whisper_base: WhisperEngine, model_cache: Path,
+                                            transcribe_file) -> None:
+    """Word starts against times known independently of Whisper, fitted window and full.
+
+    jfk's "ask" follows a 1.1 s pause; the alignment alone put it anywhere in the pause
+    depending on the window (2.77 s fitted, 3.17 s full; the sound starts at 3.25 s).
+    The synthetic conversations carry forced-alignment word times.
+    """
+    full = WhisperEngine(resolve_whisper("base", model_cache),
+                         WhisperOptions(cpu_threads=2, window_pad_frames=None))
+    for engine in (whisper_base, full):
+        ask = next(w for w in transcribe_file(JFK, engine) if w.text == "ask")
+        assert abs(ask.start - JFK_ASK_ONSET) <= 0.1, (engine.opts.window_pad_frames, ask)
+    errors: list[float] = []
+    for name in ("conv01_support_call", "conv02_team_meeting"):
+        got = transcribe_file(EVAL / "synthetic" / f"{name}.wav", whisper_base)
+        reference = reference_words(name)
+        assert wer(" ".join(w.text for w in reference), got) <= 0.10, name
+        errors += start_errors(got, reference)
+    assert np.mean(errors) <= 0.1 and np.percentile(errors, 95) <= 0.25, \
+        (np.mean(errors), np.percentile(errors, 95))
 
 
 def test_offset_makes_times_absolute(whisper_tiny: WhisperEngine, tmp_path: Path) -> None:
