@@ -38,7 +38,7 @@ class StreamedUploadTest(tornado.testing.AsyncHTTPTestCase):
         settings = Settings(data_dir=self.tmp, max_upload_bytes=LIMIT,
                             create_default_account=False)
         self.store = FileStore(self.tmp / "objects")
-        ctx = SimpleNamespace(settings=settings, objects=self.store)
+        ctx = SimpleNamespace(settings=settings, objects=self.store, extras={})
         return tornado.web.Application([(r"/v1/files", _KeyedFiles, {"ctx": ctx})])
 
     def tearDown(self) -> None:
