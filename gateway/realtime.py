@@ -267,7 +267,7 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
             if time.monotonic() > deadline:
                 raise StreamError(Code.a5sv2_unavailable, "No recognizer is available; retry "
                                   "with backoff.")
-            offset = await self.hub.send(record)
+            offset = await self._send(record)
             if record.origin is None:
                 record = record.model_copy(update={"origin": offset})
             with contextlib.suppress(TimeoutError):
@@ -296,11 +296,23 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
             pcm, self.buffer = bytes(self.buffer), bytearray()
             final = self.final_pending
             seq = self.session.next_seq(time.monotonic())
-            await self.hub.send(RealtimeAudio(session_id=self.session_id, seq=seq,
-                                              gateway_id=self.hub.gateway_id, pcm=pcm,
-                                              final=final, origin=self.origin))
+            await self._send(RealtimeAudio(session_id=self.session_id, seq=seq,
+                                           gateway_id=self.hub.gateway_id, pcm=pcm,
+                                           final=final, origin=self.origin))
             if final:
                 return
+
+    async def _send(self, record: RealtimeAudio) -> int:
+        """Publish a record; a broker that is away (restarting after a worker died) is
+        waited for up to ``stall_timeout_s``: the client sees a pause, not an error."""
+        deadline = time.monotonic() + self.opts.stall_timeout_s
+        while True:
+            try:
+                return await self.hub.send(record)
+            except (UpstreamUnavailable, UpstreamTimeout):
+                if time.monotonic() > deadline or self.state is State.closed:
+                    raise
+                await asyncio.sleep(0.5)
 
     async def _finish(self, limit_reached: bool) -> None:
         if not self.session.begin_finish():

@@ -67,6 +67,8 @@ class Stack:
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
     console_port: int = 0
+    args: tuple[str, ...] = ()
+    """Extra ``a5s up`` arguments (``("--workers", "2")``)."""
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start (or start again: the same ports and data directory) the whole stack."""
@@ -81,7 +83,7 @@ class Stack:
                         "PYTHONUNBUFFERED": "1", **self.env}
         env = {**os.environ, **self.env}
         self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up", *self.args], cwd=REPO,
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.wait_ready(timeout_s)
