@@ -343,9 +343,11 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
     print(f"{'item':48s} {'dur':>6s} {'utt':>4s} {'never':>5s} {'most':>4s} {'stream':>7s} "
           f"{'batch':>7s} {'fin50':>5s} {'fin95':>5s} {'1st50':>5s} {'1st95':>5s}  tail")
     refs, hyps, batch_hyps = [], [], []
-    never = mostly = tails = errors = utterances = 0
+    never = mostly = tails = errors = utterances = batch_never = 0
     for item, r in zip(items, sessions):
         scores = score_utterances(item.utterances, r.text)
+        batch_scores = score_utterances(item.utterances, batch.get(item.path, ""))
+        batch_never += sum(s.never_shown for s in batch_scores)
         n_never = sum(s.never_shown for s in scores)
         n_most = sum(s.mostly_lost for s in scores)
         tail = invented_tail(item.reference, r.text) if not r.error else ""
@@ -363,6 +365,10 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
               f"{jiwer.wer(ref, bhyp or '<empty>') * 100:6.1f}% {_pct(finals, 50):5.2f} "
               f"{_pct(finals, 95):5.2f} {_pct(firsts, 50):5.2f} {_pct(firsts, 95):5.2f}  "
               f"{tail!r}" + (f"  ERROR {r.error}" if r.error else ""))
+        for u, sc, bsc in zip(item.utterances, scores, batch_scores):
+            if sc.mostly_lost:
+                print(f"    {'never shown' if sc.never_shown else 'mostly lost'} "
+                      f"({sc.matched}/{sc.words} words; batch {bsc.matched}/{bsc.words}): {u!r}")
         if show:
             print("    REF:", ref)
             print("    HYP:", hyp)
@@ -371,8 +377,8 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
     s_wer = jiwer.wer(refs, [h or "<empty>" for h in hyps])
     b_wer = jiwer.wer(refs, [h or "<empty>" for h in batch_hyps])
     conv = [k for k, i in enumerate(items) if i.group == "conversation"]
-    print(f"pooled: {utterances} utterances, never shown {never}, mostly lost {mostly}; "
-          f"items with an invented tail {tails}; session errors {errors}")
+    print(f"pooled: {utterances} utterances, never shown {never} (batch: {batch_never}), "
+          f"mostly lost {mostly}; items with an invented tail {tails}; session errors {errors}")
     print(f"pooled WER: streaming {s_wer * 100:.2f}%, batch {b_wer * 100:.2f}% "
           f"(difference {(s_wer - b_wer) * 100:+.2f} points); conversations only: streaming "
           f"{jiwer.wer([refs[k] for k in conv], [hyps[k] or '<empty>' for k in conv]) * 100:.2f}%,"

@@ -106,4 +106,4 @@ def invented_tail(reference: str, hypothesis: str) -> str:
     for chunk in out.alignments[0]:
         if chunk.type in ("equal", "substitute"):
             last = chunk.hyp_end_idx
-    return " ".join(hyp.split()[max(last, 0):])
+    return " ".join(w for w in hyp.split()[max(last, 0):] if any(c.isalnum() for c in w))

@@ -9,7 +9,7 @@ so far (settled segments plus the current partial), as the streaming protocol wa
 Whisper invents text on near-silence ("Thank you.", "you") and the end of a stream is
 where it meets it most: a breath or a click opens a segment that ``finish`` then closes.
 As in the batch recogniser, a doubtful decode (high no-speech probability and low
-log-probability) of a segment with little speech is dropped, and so is one of the stock
+log-probability) of a segment with almost no speech is dropped, and so is one of the stock
 phrases Whisper invents unless it is confidently heard over enough speech
 (:func:`invented`).
 
@@ -123,7 +123,7 @@ def invented(text: str, decoded: Decoded, speech_s: float, options: DecodeOption
     """
     doubtful = (decoded.no_speech_prob >= options.doubtful_no_speech
                 and decoded.avg_logprob < options.doubtful_log_prob)
-    if doubtful and speech_s < 1.0:
+    if doubtful and speech_s < 0.3:     # a click or a breath; one short word is ~0.4 s
         return True
     words = "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
     if " ".join(words) not in STOCK_PHRASES:

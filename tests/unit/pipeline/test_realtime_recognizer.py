@@ -215,7 +215,8 @@ def test_invented_text_is_dropped_but_heard_text_kept() -> None:
     assert invented("Thank you.", unsure, 0.3, opts)
     assert invented("Thank you.", sure, 0.3, opts)               # too little speech for it
     assert not invented("Thank you.", sure, 1.2, opts)           # said clearly
-    assert invented("So we went.", unsure, 0.5, opts)            # doubtful and short
+    assert invented("So we went.", unsure, 0.2, opts)            # doubtful, hardly any speech
+    assert not invented("Added.", unsure, 0.4, opts)             # one short word, heard
     assert not invented("So we went home after the game.", unsure, 2.5, opts)
     assert not invented("Thank you for calling.", sure, 0.4, opts)
 
