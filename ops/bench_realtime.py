@@ -1,6 +1,7 @@
 """Streaming benchmark through the service: ``WSS /v1/realtime`` end to end.
 
-``python -m ops.bench_realtime [--sessions N ...] [--url ws://host:port --key a5s_sk_...]``
+``python -m ops.bench_realtime [--sessions N ...] [--accounts K] [--url ws://host:port --key a5s_sk_...]``
+``python -m ops.bench_realtime --coverage [--prompts 20] [--parallel 5] [--show]``
 
 Without ``--url`` it starts its own embedded stack (``a5s up`` in a temporary data
 directory, on free loopback ports; extra ``A5S_*`` settings pass through the
@@ -24,7 +25,13 @@ Definitions (times are on the session's audio clock: 0 = first frame sent):
   arrival of the first message whose text has more words than the settled text (the
   last final) minus that start.
 * **Keep-up**: how late the sender fell behind its schedule (max), and the time from
-  ``finish`` to ``finished`` (the decode backlog left at the end).
+  ``finish`` to ``finished`` (the decode backlog left at the end). A run *keeps real time*
+  when no session failed, no sender fell 0.5 s behind and no backlog at the end exceeded
+  3 s; the largest such N of the run is printed last.
+* **Capacity**: sessions are spread over ``--accounts`` accounts (default: five sessions
+  each, the per-account limit), and with a stack of its own the CPU seconds its processes
+  used are printed per second of audio, i.e. the share of a core one live session costs.
+  A worker holds ``realtime.worker_max_sessions`` sessions (``A5S_REALTIME__WORKER_MAX_SESSIONS``).
 
 ``--coverage`` streams instead every dev-set item with a reference (every conversation,
 every real recording with a quoted reference, an even sample of ``--prompts`` Asterisk
@@ -60,6 +67,7 @@ import numpy as np
 
 from ops.bench_asr import normalized
 from ops.bench_streaming import CLIPS, build_stream, load_pcm, normalize, phrase_marks
+from ops.procstat import stack_cpu
 from ops.realtime_coverage import CoverageItem, dev_items, invented_tail, score_utterances
 from pipeline.realtime import StreamingVad, default_vad_path
 
@@ -405,6 +413,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="stream every dev item with a reference instead (see above)")
     parser.add_argument("--prompts", type=int, default=20,
                         help="--coverage: Asterisk prompts in the even sample")
+    parser.add_argument("--accounts", type=int, default=0,
+                        help="accounts the sessions are spread over (default: five each)")
     parser.add_argument("--parallel", type=int, default=5,
                         help="--coverage: items streamed at once (five per account)")
     args = parser.parse_args(argv)
@@ -433,22 +443,43 @@ def main(argv: list[str] | None = None) -> None:
                                    args.parallel if stack else min(args.parallel, 5), args.show)
             return
         vad = StreamingVad(default_vad_path())
-        for n in args.sessions or [1, 5]:
+        runs = args.sessions or [1, 5]
+        accounts = args.accounts or -(-max(runs) // 5)
+        keys = [key] + ([stack.new_key(f"bench{k}@example.com") for k in range(1, accounts)]
+                        if stack else [])
+        run_dir = stack.dir / "data" / "run" if stack else None
+        kept: list[int] = []
+        for n in runs:
             results = sessions_for(n, args.eval, vad, args.clips)
             load0 = os.getloadavg()[0]
+            cpu0 = stack_cpu(run_dir) if run_dir else {}
             t = time.perf_counter()
 
             async def all_sessions() -> None:
-                await asyncio.gather(*(run_session(url, key, r, 0.23 * k)
+                await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, 0.23 * k)
                                        for k, r in enumerate(results)))
 
             asyncio.run(all_sessions())
             wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
+            cpu1 = stack_cpu(run_dir) if run_dir else {}
             s = score(results)
             errors += s["errors"]
-            print(f"\n== {n} session(s) through the service, "
-                  f"{sum(len(r.pcm) for r in results) / SR / n:.1f} s audio each, wall "
+            audio_s = sum(len(r.pcm) for r in results) / SR
+            print(f"\n== {n} session(s) through the service over {min(n, len(keys))} "
+                  f"account(s), {audio_s / n:.1f} s audio each, wall "
                   f"{wall:.1f} s, load average {load0:.2f} -> {load1:.2f}, errors {s['errors']}")
+            if cpu1:
+                used = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in cpu1)
+                print(f"CPU of the stack: {used:.1f} s for {audio_s:.0f} s of audio: "
+                      f"{used / audio_s * 100:.1f}% of a core per live session "
+                      f"({', '.join(f'{k} {cpu1[k] - cpu0.get(k, cpu1[k]):.1f} s' for k in cpu1)})")
+            # Real time kept: no error, the sender never held back, no backlog at the end.
+            keeps = (not s["errors"] and s["send_lag_max"] < 0.5 and s["finish_max"] < 3.0)
+            if keeps:
+                kept.append(n)
+            print(f"keeps real time: {'yes' if keeps else 'NO'} (errors {s['errors']}, max send "
+                  f"lag {s['send_lag_max']:.2f} s < 0.5, finished after finish "
+                  f"{s['finish_max']:.2f} s < 3.0)")
             for r in results:
                 if r.error:
                     print("  session error:", r.error)
@@ -465,6 +496,10 @@ def main(argv: list[str] | None = None) -> None:
                 for r in results:
                     print("  REF:", normalize(r.reference))
                     print("  HYP:", r.text)
+        if not args.coverage:
+            print(f"\nlargest number of sessions that kept real time: "
+                  f"{max(kept) if kept else 'none'} (of {runs}; load average now "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     finally:
         if stack is not None:
             stack.close(keep_log=errors > 0)
