@@ -230,7 +230,9 @@ class _Stack:
                "A5S_CONSOLE_PORT": str(self.console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
                "A5S_EMBEDDED__BROKER_STORAGE": str(_free_port()),
                "A5S_EMBEDDED__REDIS": str(_free_port()), "PYTHONUNBUFFERED": "1",
-               "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true"}
+               "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
+               # the service runs under ``python -P``: this checkout, not the installed one
+               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         self.log = open(self.dir / "service.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"],
                                      cwd=Path(__file__).resolve().parents[1], env=env,

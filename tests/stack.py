@@ -79,6 +79,10 @@ class Stack:
                         "A5S_EMBEDDED__KAFKA": str(free_port()),
                         "A5S_EMBEDDED__REDIS": str(free_port()),
                         "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
+                        # ``a5s up`` starts the service with ``python -P``, which drops the
+                        # working directory from the path: without this, the installed
+                        # package (possibly another checkout) would be what runs.
+                        "PYTHONPATH": str(REPO),
                         "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
                         "PYTHONUNBUFFERED": "1", **self.env}
         env = {**os.environ, **self.env}
