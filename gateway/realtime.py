@@ -102,12 +102,6 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
         self.worker_done = asyncio.Event()
         self.audio_ready = asyncio.Event()
         self.lease_at = 0.0
-        self.shown = ""
-        """The last transcript text the client was sent."""
-        self.held: TranscriptMessage | None = None
-        """A transcript held back while a replacement worker catches up."""
-        self.catching_up = False
-        """A worker took the session over and is replaying its audio."""
         self.origin: int | None = None
         """Offset of the session's opening record, for a worker that takes it over."""
 
@@ -217,26 +211,15 @@ class StreamSocket(tornado.websocket.WebSocketHandler):
             return
         self.worker_ready.set()
         if message.replaying:
-            self.catching_up = True
+            self.session.worker_replaying()
         if message.type == "transcript" and self.state in (State.ready, State.finishing):
-            self._show(TranscriptMessage(text=message.text, is_final=message.is_final))
+            if self.session.show(message.text, message.is_final):
+                self._write(TranscriptMessage(text=message.text, is_final=message.is_final))
         elif message.type == "finished":
-            if self.held is not None:  # the closing text, even if shorter than shown
-                self._show(self.held, force=True)
+            held = self.session.release_held()   # the closing text, even if shorter
+            if held is not None:
+                self._write(TranscriptMessage(text=held[0], is_final=held[1]))
             self.worker_done.set()
-
-    def _show(self, message: TranscriptMessage, force: bool = False) -> None:
-        """Forward a transcript. After a takeover, one that shows fewer words than the
-        client has seen (the new worker still settling the replayed audio) is held back
-        until one catches up: the text on screen never loses what it showed."""
-        if self.catching_up and not force and \
-                len(message.text.split()) < len(self.shown.split()):
-            self.held = message
-            return
-        self.catching_up = self.catching_up and force
-        self.held = None
-        self.shown = message.text
-        self._write(message)
 
     # --- session steps ------------------------------------------------------------------------
 

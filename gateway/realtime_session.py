@@ -12,7 +12,9 @@ English only, ``a5sv2`` only; only ``ping`` and ``finish`` follow; audio only on
 in non-empty, even frames of at most ``max_frame_bytes``, no faster than real time beyond
 a ``burst_ms`` burst; audio past the session limit is cut and ends the session; audio after
 ``finish`` is ignored; ``idle_timeout_s`` without a message ends a ready session; a worker
-that leaves audio unacknowledged for ``stall_timeout_s`` ends it too.
+that leaves audio unacknowledged for ``stall_timeout_s`` ends it too; after a worker took
+the session over, a transcript showing fewer words than the client has seen is held back
+until one catches up (the text on screen never loses what it showed).
 """
 
 from __future__ import annotations
@@ -97,6 +99,9 @@ class StreamSession:
         self.seq = 0
         self._unacked: deque[tuple[int, float]] = deque()
         self.was_ready = False
+        self._shown = 0                     # words of the last transcript sent
+        self._catching_up = False
+        self._held: tuple[str, bool] | None = None
 
     # --- client messages ----------------------------------------------------------------------
 
@@ -213,6 +218,28 @@ class StreamSession:
         """The worker has every record up to ``seq``."""
         while self._unacked and self._unacked[0][0] <= seq:
             self._unacked.popleft()
+
+    # --- transcripts --------------------------------------------------------------------------
+
+    def worker_replaying(self) -> None:
+        """A worker took the session over and is rebuilding it from its audio."""
+        self._catching_up = True
+
+    def show(self, text: str, is_final: bool) -> bool:
+        """Whether a worker's transcript goes to the client now (else it is held back)."""
+        words = len(text.split())
+        if self._catching_up and words < self._shown:
+            self._held = (text, is_final)
+            return False
+        self._catching_up, self._held, self._shown = False, None, words
+        return True
+
+    def release_held(self) -> tuple[str, bool] | None:
+        """At ``finished``: the transcript still held back, sent whatever its length."""
+        held, self._held = self._held, None
+        if held is not None:
+            self._shown = len(held[0].split())
+        return held
 
     # --- deadlines ----------------------------------------------------------------------------
 

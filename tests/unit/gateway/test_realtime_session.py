@@ -208,3 +208,24 @@ def test_ready_after_the_session_ended_is_refused() -> None:
     s.text(start(), 0)
     s.close()
     assert not s.ready(1000, 1)
+
+
+def test_transcripts_flow_freely_and_may_shrink_without_a_takeover() -> None:
+    s = ready_session()
+    assert s.show("So I went to the", False)
+    assert s.show("So I went.", True)                      # a final may be shorter
+    assert s.release_held() is None
+
+
+def test_after_a_takeover_shorter_transcripts_wait_for_the_replay_to_catch_up() -> None:
+    s = ready_session()
+    assert s.show("So I finally went to the new bakery", True)
+    s.worker_replaying()
+    assert not s.show("So I", False)                        # the replay is behind
+    assert not s.show("So I finally went", True)
+    assert s.show("So I finally went to the new bakery on", False)
+    assert s.show("So I finally went.", True)               # caught up: flows freely again
+    s.worker_replaying()
+    assert not s.show("So", False)
+    assert s.release_held() == ("So", False)                # the closing text is sent anyway
+    assert s.release_held() is None
