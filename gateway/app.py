@@ -21,6 +21,7 @@ from .metrics import MetricsHandler
 from .openai_compat import OpenAITranscriptionsHandler
 from .openapi import OpenApiHandler
 from .realtime import StreamSocket
+from .realtime_admission import StreamAdmission
 from .realtime_hub import hub_for
 from .playground import playground_routes
 from .subtitles_handler import SubtitlesHandler
@@ -43,7 +44,8 @@ def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/v1/files/upload-url", UploadUrlHandler, deps),
         (r"/v1/uploads/([^/]+)", PresignedUploadHandler, deps),
         (r"/v1/usage", UsageHandler, deps),
-        (r"/v1/realtime", StreamSocket, {"ctx": ctx, "hub": hub_for(ctx)}),
+        (r"/v1/realtime", StreamSocket, {"ctx": ctx, "hub": hub_for(ctx),
+                                         "admission": StreamAdmission(ctx)}),
         (r"/v1/openapi\.json", OpenApiHandler, deps),
     ]
 

@@ -1,59 +1,54 @@
-"""``WSS /v1/realtime``: live streaming of ``a5s-v2-streaming`` (spec sections 3, 6, 7, 8).
+"""``WSS /v1/realtime``: the socket of a live session (spec sections 3, 6, 7, 8).
 
-One :class:`StreamSocket` per connection walks the session states::
-
-    connected ──start──► starting ──worker took it──► ready ──finish / limit──► finishing ──► closed
-        any state ──error──► closed (``error`` message, then the code's close code)
+A thin handler: the protocol rules and deadlines live in the pure state machine
+:class:`~gateway.realtime_session.StreamSession`, the account side (usage left, the
+live-session lease, settlement through the accounts agent) in the
+:class:`~gateway.realtime_admission.StreamAdmission` injected through ``initialize()``, and
+the audio path to the workers in :mod:`gateway.realtime_hub`. What stays here is I/O: auth
+after the upgrade, forwarding frames and messages, the timers, and turning every failure
+into an ``error`` message and its close code.
 
 Auth happens after the upgrade, so a refused client reads an ``error`` message with
 the spec's code (HTTP handshake failures would hide it). The key comes from
 ``Authorization: Bearer``, or for browsers from the subprotocol ``a5s.key.<key>``
 (offered beside ``a5s.v1``, which is echoed) or the ``token`` query parameter.
 
-Audio travels as described in :mod:`gateway.realtime_hub`: frames are gathered into
-records of ``realtime.batch_ms`` and published to ``realtime-audio``; the worker's
-transcript messages come back through the hub and are forwarded as they arrive. The
-watchdog ends sessions that miss the start deadline, go idle, or whose worker stops
-answering (``provider_error`` then ``a5sv2_unavailable``), and renews the live-session
-lease in Redis that enforces the per-account limit across gateway replicas.
-
-Usage is the audio received, capped by the session limit; it is counted once per
-session id by the accounts agent (``SessionClosed``) and recorded as a ``stream`` usage
-event. Neither audio nor transcripts are stored.
+Audio is gathered into records of ``realtime.batch_ms`` and published to
+``realtime-audio``; the worker's transcript messages come back through the hub. When a
+worker dies, another takes the session over by replaying its audio from the topic
+(:mod:`pipeline.realtime.agent`); meanwhile the client sees a pause, and transcripts that
+would show less than it has already seen are held back until the replay catches up.
+Neither audio nor transcripts are stored.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
-from collections import deque
 from collections.abc import Coroutine
-from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 import tornado.websocket
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
 from schemas import ids
-from schemas.api import ENGLISH_VARIANTS, STREAMING_MODEL
+from schemas.api import STREAMING_MODEL
 from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, InvalidRequest,
                             ModelAccessDenied, ShuttingDown, StreamError, StreamErrorCode,
                             Unauthorized, UpstreamTimeout, UpstreamUnavailable)
-from schemas.realtime import (CLIENT_MESSAGES, PROVIDER, Error, Finish, Finished, Ping, Pong,
-                              ProviderError, ProviderStatus, Ready, SessionLimit, Start,
-                              TranscriptMessage)
-from schemas.records import RealtimeAudio, RealtimeMessage, SessionClosed, SessionOpened
-from schemas.rows import UsageEventRow
+from schemas.realtime import (PROVIDER, Error, Finished, Pong, ProviderError, ProviderStatus,
+                              Ready, SessionLimit, TranscriptMessage)
+from schemas.records import RealtimeAudio, RealtimeMessage
 from stores.context import Context
-from stores.transcripts import Transcripts
-from topologies.topics import ACCOUNT_EVENTS
 
-from .base import ErrorEnvelope, Principal, admission, principal_for, validation_param
+from .base import ErrorEnvelope, Principal, principal_for
+from .base import admission as request_gate
+from .realtime_admission import Admitted, StreamAdmission
 from .realtime_hub import RealtimeHub
+from .realtime_session import BYTES_PER_MS, Reply, SessionState, StreamSession, language_tag
 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
 
@@ -61,14 +56,11 @@ log = logging.getLogger("a5s.gateway.realtime")
 
 SUBPROTOCOL = "a5s.v1"
 KEY_SUBPROTOCOL = "a5s.key."
-BYTES_PER_MS = 32
-"""16 kHz, 16-bit mono."""
-RATE_SLACK_MS = 100
-"""Jitter allowed beyond the burst (it also lets a single 64 KB frame, 2048 ms, through)."""
 WATCH_INTERVAL_S = 0.2
 REOPEN_INTERVAL_S = 2.0
 """The opening record is repeated this often until a worker answers it."""
 Code = StreamErrorCode
+State = SessionState
 
 
 def stream_error(exc: BaseException) -> StreamError:
@@ -91,54 +83,34 @@ def stream_error(exc: BaseException) -> StreamError:
     return StreamError(Code.internal_error, "The server failed; retry with backoff.")
 
 
-def _message_problem(exc: ValidationError) -> str:
-    """What is wrong with a client message, in the protocol's words (not pydantic's)."""
-    kind = exc.errors(include_url=False)[0].get("type")
-    if kind == "union_tag_invalid":
-        return "unknown message type (start, ping and finish are the messages)"
-    if kind == "union_tag_not_found":
-        return "a message needs a type"
-    return validation_param(exc)[1].rstrip(".").replace(" start.", " ", 1).replace(
-        "'start.", "'", 1)
-
-
-def language_tag(value: str) -> str:
-    """``en-us`` → ``en-US``; raises ``unsupported_language`` for anything not English."""
-    key = value.strip().lower().replace("_", "-")
-    if key not in ENGLISH_VARIANTS:
-        raise StreamError(Code.unsupported_language, f"Language {value!r} is not supported; "
-                          "use en or a variant such as en-US or en-GB.")
-    lang, _, region = key.partition("-")
-    return f"{lang}-{region.upper()}" if region else lang
-
-
 class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     """One live session. Dependencies come from the route table (``make_app``)."""
 
-    def initialize(self, ctx: Context, hub: RealtimeHub) -> None:
+    def initialize(self, ctx: Context, hub: RealtimeHub,
+                   admission: StreamAdmission | None = None) -> None:
         self.ctx = ctx
         self.hub = hub
+        self.admission = admission or StreamAdmission(ctx)
         self.opts = ctx.settings.realtime
         self.session_id = ids.session_id()
-        self.state = "connected"
+        self.session = StreamSession(self.opts, time.monotonic())
         self.principal: Principal | None = None
-        self.connected_at = self.last_message = time.monotonic()
+        self.admitted: Admitted | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.language = "en-US"
-        self.leased = self.opened = self.was_ready = self.settled = False
-        self.limit_ms = self.quota_ms = self.used_ms = 0
-        self.audio_ms = 0.0
-        self.tokens_ms = 0.0
-        self.tokens_at = 0.0
+        self.opened = self.settled = self.final_pending = False
+        self.used_ms = 0
         self.buffer = bytearray()
         self.buffer_since = 0.0
-        self.final_pending = self.finish_requested = False
-        self.seq = 0
-        self.unacked: deque[tuple[int, float]] = deque()
         self.worker_ready = asyncio.Event()
         self.worker_done = asyncio.Event()
         self.audio_ready = asyncio.Event()
         self.lease_at = 0.0
+        self.origin: int | None = None
+        """Offset of the session's opening record, for a worker that takes it over."""
+
+    @property
+    def state(self) -> SessionState:
+        return self.session.state
 
     # --- tornado hooks ------------------------------------------------------------------------
 
@@ -167,7 +139,7 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     async def open(self, *args: Any, **kwargs: Any) -> None:
         self._spawn(self._watch())
         try:
-            gate = admission(self.ctx)
+            gate = request_gate(self.ctx)
             if gate.draining:
                 raise ShuttingDown()
             # stopping ends this session with upstream_unavailable and 1013, then waits for
@@ -179,20 +151,21 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
             self._fail(exc)
 
     def on_message(self, message: str | bytes) -> None:
-        if self.state == "closed":
+        if self.state is State.closed:
             return
-        self.last_message = time.monotonic()
+        now = time.monotonic()
         try:
             if isinstance(message, bytes):
-                self._on_audio(message)
+                self._on_audio(message, now)
+            elif self.state is State.connected and self.principal is None:
+                self.session.last_message = now  # still authenticating: the refusal is coming
             else:
-                self._on_text(message)
+                self._on_text(message, now)
         except StreamError as exc:
             self._fail(exc)
 
     def on_close(self) -> None:
-        if self.state != "closed":
-            self.state = "closed"
+        self.session.close()
         self._spawn(self._cleanup(), keep=True)
 
     # --- auth ---------------------------------------------------------------------------------
@@ -224,125 +197,63 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
 
     # --- client messages ----------------------------------------------------------------------
 
-    def _on_text(self, text: str) -> None:
-        try:
-            message = CLIENT_MESSAGES.validate_python(json.loads(text))
-        except ValidationError as exc:  # before ValueError, which it is too
-            message, detail = None, _message_problem(exc)
-        except (ValueError, RecursionError) as exc:  # "[[[[..." nests too deep
-            message = None
-            detail = f"not JSON ({str(exc).splitlines()[0][:200]})"
-        if self.state == "connected":
-            if not isinstance(message, Start):
-                raise StreamError(Code.invalid_start, "The first message must be a valid "
-                                  "start message" + (f": {detail}." if message is None else "."))
-            self._on_start(message)
-        elif isinstance(message, Ping):
+    def _on_text(self, text: str, now: float) -> None:
+        reply = self.session.text(text, now)
+        if reply is Reply.start:
+            self._spawn(self._start())
+        elif reply is Reply.pong:
             self._write(Pong())
-        elif isinstance(message, Finish):
-            if self.state == "ready":
-                self._spawn(self._finish(limit_reached=False))
-            # during start-up it is served once ready; while finishing it is a repeat
-            elif self.state == "starting":
-                self.finish_requested = True
-        else:
-            raise StreamError(Code.invalid_message, "Only ping and finish messages may follow "
-                              "start; audio goes in binary frames.")
+        elif reply is Reply.finish:
+            self._spawn(self._finish(limit_reached=False))
 
-    def _on_start(self, start: Start) -> None:
-        if self.principal is None:
-            return  # still authenticating: the refusal is on its way
-        self.language = language_tag(start.language)
-        unknown = [p for p in start.providers if p != PROVIDER]
-        if unknown or not start.providers:
-            raise StreamError(Code.unknown_provider, f"Unknown provider {unknown[0]!r}; the "
-                              f"only provider is {PROVIDER}." if unknown else
-                              f"No provider named; the only provider is {PROVIDER}.")
-        self.state = "starting"
-        vocabulary = ([(t.text, t.strength) for t in start.custom_vocabulary]
-                      if start.custom_vocabulary_enabled else None)
-        self._spawn(self._start(vocabulary))
-
-    def _on_audio(self, frame: bytes) -> None:
-        if self.state != "ready":
-            if self.state == "finishing":
-                return  # audio after finish or the limit is not transcribed nor counted
-            raise StreamError(Code.audio_before_ready, "Send audio only after the ready message.")
-        size = len(frame)
-        if size > self.opts.max_frame_bytes:
-            raise StreamError(Code.frame_too_large, f"Audio frames are at most "
-                              f"{self.opts.max_frame_bytes} bytes; this one had {size}.")
-        if size == 0 or size % 2:
-            raise StreamError(Code.invalid_audio_frame, "Audio frames must hold whole 16-bit "
-                              f"samples: {size} bytes is {'empty' if not size else 'odd'}.")
-        now = time.monotonic()
-        self.tokens_ms = min(self.opts.burst_ms, self.tokens_ms + (now - self.tokens_at) * 1000)
-        self.tokens_at = now
-        self.tokens_ms -= size / BYTES_PER_MS
-        if self.tokens_ms < -RATE_SLACK_MS:
-            raise StreamError(Code.realtime_rate_exceeded, "Audio is arriving faster than real "
-                              f"time (beyond a {self.opts.burst_ms} ms burst).")
-        left = int(self.limit_ms - self.audio_ms) * BYTES_PER_MS
-        if size >= left:
-            frame = frame[:left]
-        if not self.buffer:
-            self.buffer_since = now
-        self.buffer += frame
-        self.audio_ms += len(frame) / BYTES_PER_MS
-        self.audio_ready.set()
-        if size >= left:
+    def _on_audio(self, frame: bytes, now: float) -> None:
+        accepted = self.session.audio(frame, now)
+        if accepted.pcm:
+            if not self.buffer:
+                self.buffer_since = now
+            self.buffer += accepted.pcm
+            self.audio_ready.set()
+        if accepted.limit_reached:
             self._spawn(self._finish(limit_reached=True))
 
     # --- worker messages (called by the hub) --------------------------------------------------
 
     def _on_worker(self, message: RealtimeMessage) -> None:
-        while self.unacked and self.unacked[0][0] <= message.seq:
-            self.unacked.popleft()
+        self.session.acknowledged(message.seq)
         if message.type == "provider_error":
             self._fail(StreamError(Code.a5sv2_unavailable, "The recognizer failed; start a new "
                                    "session."), provider=message.text or "recognition failed")
             return
         self.worker_ready.set()
-        if message.type == "transcript" and self.state in ("ready", "finishing"):
-            self._write(TranscriptMessage(text=message.text, is_final=message.is_final))
+        if message.replaying:
+            self.session.worker_replaying()
+        if message.type == "transcript" and self.state in (State.ready, State.finishing):
+            if self.session.show(message.text, message.is_final):
+                self._write(TranscriptMessage(text=message.text, is_final=message.is_final))
         elif message.type == "finished":
+            held = self.session.release_held()   # the closing text, even if shorter
+            if held is not None:
+                self._write(TranscriptMessage(text=held[0], is_final=held[1]))
             self.worker_done.set()
 
     # --- session steps ------------------------------------------------------------------------
 
-    async def _start(self, vocabulary: list[tuple[str, int]] | None) -> None:
+    async def _start(self) -> None:
         assert self.principal is not None
-        account = self.principal.account
-        ledger = await self.ctx.redis.ledger(account.id)
-        self.quota_ms = int(account.usage_limit_seconds * 1000)
-        self.used_ms = int(float(ledger["used"]) * 1000)
-        remaining = self.quota_ms - self.used_ms - int(float(ledger["reserved"]) * 1000)
-        if remaining <= 0:
-            raise StreamError(Code.quota_unavailable, "The account's usage limit is used up.")
-        if not await self.ctx.redis.lease_session(account.id, self.session_id,
-                                                  account.max_concurrent_sessions,
-                                                  self.opts.lease_ttl_s):
-            raise StreamError(Code.quota_unavailable, f"At most {account.max_concurrent_sessions}"
-                              " streaming sessions may be live at once.")
-        self.leased, self.lease_at = True, time.monotonic()
-        self.ctx.metrics.live_sessions.inc()
-        self.limit_ms = int(min(account.max_session_seconds * 1000,
-                                self.opts.max_session_s * 1000, remaining))
+        self.admitted = admitted = await self.admission.admit(self.principal, self.session_id)
+        self.lease_at = time.monotonic()
+        self.used_ms = admitted.used_ms
         self._write(ProviderStatus(message=f"Starting the {PROVIDER} recognizer."))
         await self.hub.start()
         self.hub.attach(self.session_id, self._on_worker)
-        await self._open_on_worker(vocabulary)
-        await self.ctx.producer.send(ACCOUNT_EVENTS, account.id, SessionOpened(
-            account_id=account.id, session_id=self.session_id, at=datetime.now(UTC)))
-        if self.state != "starting":
+        await self._open_on_worker(self.session.vocabulary)
+        await self.admission.opened(self.principal, self.session_id)
+        if not self.session.ready(admitted.limit_ms, time.monotonic()):
             return
-        self.state, self.was_ready = "ready", True
-        self.tokens_ms, self.tokens_at = float(self.opts.burst_ms), time.monotonic()
-        self.last_message = time.monotonic()
         self._spawn(self._pump())
-        self._write(Ready(session_limit_ms=self.limit_ms, quota_ms=self.quota_ms,
-                          used_ms=self.used_ms, language=self.language))
-        if self.finish_requested:
+        self._write(Ready(session_limit_ms=admitted.limit_ms, quota_ms=admitted.quota_ms,
+                          used_ms=admitted.used_ms, language=self.session.language))
+        if self.session.finish_requested:
             await self._finish(limit_reached=False)
 
     async def _open_on_worker(self, vocabulary: list[tuple[str, int]] | None) -> None:
@@ -354,13 +265,16 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
             if time.monotonic() > deadline:
                 raise StreamError(Code.a5sv2_unavailable, "No recognizer is available; retry "
                                   "with backoff.")
-            await self.hub.send(record)
+            offset = await self._send(record)
+            if record.origin is None:
+                record = record.model_copy(update={"origin": offset})
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.worker_ready.wait(), REOPEN_INTERVAL_S)
             if not self.worker_ready.is_set() and time.monotonic() - said > 5:
                 said = time.monotonic()
                 self._write(ProviderStatus(message="Waiting for recognizer capacity; this can "
                                            "take up to a minute after a quiet period."))
+        self.origin = record.origin
         self.opened = True
 
     async def _pump(self) -> None:
@@ -379,21 +293,31 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
                 continue
             pcm, self.buffer = bytes(self.buffer), bytearray()
             final = self.final_pending
-            self.seq += 1
-            self.unacked.append((self.seq, time.monotonic()))
-            await self.hub.send(RealtimeAudio(session_id=self.session_id, seq=self.seq,
-                                              gateway_id=self.hub.gateway_id, pcm=pcm,
-                                              final=final))
+            seq = self.session.next_seq(time.monotonic())
+            await self._send(RealtimeAudio(session_id=self.session_id, seq=seq,
+                                           gateway_id=self.hub.gateway_id, pcm=pcm,
+                                           final=final, origin=self.origin))
             if final:
                 return
 
+    async def _send(self, record: RealtimeAudio) -> int:
+        """Publish a record; a broker that is away (restarting after a worker died) is
+        waited for up to ``stall_timeout_s``: the client sees a pause, not an error."""
+        deadline = time.monotonic() + self.opts.stall_timeout_s
+        while True:
+            try:
+                return await self.hub.send(record)
+            except (UpstreamUnavailable, UpstreamTimeout):
+                if time.monotonic() > deadline or self.state is State.closed:
+                    raise
+                await asyncio.sleep(0.5)
+
     async def _finish(self, limit_reached: bool) -> None:
-        if self.state != "ready":
+        if not self.session.begin_finish():
             return
-        self.state = "finishing"
         if limit_reached:
             self._write(SessionLimit(message=f"The session reached its limit of "
-                                     f"{self.limit_ms} ms of audio."))
+                                     f"{self.session.limit_ms} ms of audio."))
         self.final_pending = True
         self.audio_ready.set()
         try:
@@ -401,56 +325,39 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         except TimeoutError:
             raise StreamError(Code.a5sv2_unavailable, "The recognizer did not finish in time.")
         billed_ms, used_ms = await self._settle()
-        if self.state != "finishing":
+        if self.state is not State.finishing:
             return
-        self._write(Finished(audio_ms=int(self.audio_ms), billed_ms=billed_ms,
-                             used_ms=used_ms, quota_ms=self.quota_ms))
-        self.state = "closed"
+        assert self.admitted is not None
+        self._write(Finished(audio_ms=int(self.session.audio_ms), billed_ms=billed_ms,
+                             used_ms=used_ms, quota_ms=self.admitted.quota_ms))
+        self.session.close()
         self.close(1000)
 
     async def _settle(self) -> tuple[int, int]:
         """Count the session's usage once: billed ms and the account's usage after it."""
         assert self.principal is not None
-        billed = int(min(self.audio_ms, self.limit_ms))
-        if self.settled:
-            return billed, self.used_ms
-        self.settled = True
-        account, key = self.principal.account, self.principal.key
-        # The agent cannot have counted this session before it is published.
-        used_before = float((await self.ctx.redis.ledger(account.id))["used"])
-        now = datetime.now(UTC)
-        await self.ctx.producer.send(ACCOUNT_EVENTS, account.id, SessionClosed(
-            account_id=account.id, session_id=self.session_id, key_id=key.key_id,
-            audio_ms=int(self.audio_ms), billed_ms=billed, at=now))
-        await Transcripts(self.ctx.ch).record_usage(UsageEventRow(
-            event_id=self.session_id, account_id=account.id, key_id=key.key_id,
-            model=STREAMING_MODEL, kind="stream", at=now, audio_seconds=billed / 1000))
-        self.used_ms = int(used_before * 1000) + billed
+        billed = self.session.billed_ms
+        if not self.settled:
+            self.settled = True
+            self.used_ms = await self.admission.settle(
+                self.principal, self.session_id, int(self.session.audio_ms), billed)
         return billed, self.used_ms
 
     async def _watch(self) -> None:
-        """Deadlines: start, idle, a silent worker; and the live-session lease."""
-        while self.state != "closed":
+        """Deadlines (from the state machine) and the live-session lease."""
+        while self.state is not State.closed:
             await asyncio.sleep(WATCH_INTERVAL_S)
             now = time.monotonic()
-            if self.state == "connected" and now - self.connected_at > self.opts.start_timeout_s:
-                self._fail(StreamError(Code.invalid_start, "No start message within "
-                                       f"{self.opts.start_timeout_s:g} s of connecting."))
-            elif self.state == "ready" and now - self.last_message > self.opts.idle_timeout_s:
-                self._fail(StreamError(Code.idle_timeout, "No message for "
-                                       f"{self.opts.idle_timeout_s:g} s."))
-            elif self.unacked and now - self.unacked[0][1] > self.opts.stall_timeout_s:
-                self._fail(StreamError(Code.a5sv2_unavailable, "The recognizer stopped "
-                                       "answering; start a new session."),
-                           provider="The recognizer stopped answering.")
-            if self.leased and self.state != "closed" and \
+            error = self.session.overdue(now)
+            if error is not None:
+                stalled = error.code is Code.a5sv2_unavailable
+                self._fail(error, provider="The recognizer stopped answering." if stalled
+                           else None)
+            if self.admitted is not None and self.state is not State.closed and \
                     now - self.lease_at > self.opts.lease_ttl_s / 3:
                 self.lease_at = now
                 assert self.principal is not None
-                with contextlib.suppress(A5sError):  # a Redis blip: the next renewal retries
-                    await self.ctx.redis.lease_session(
-                        self.principal.account.id, self.session_id,
-                        self.principal.account.max_concurrent_sessions, self.opts.lease_ttl_s)
+                await self.admission.renew(self.principal, self.session_id)
 
     async def _cleanup(self) -> None:
         """After the socket closed, however it closed: free the worker, count, release."""
@@ -460,19 +367,17 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
             if not self._pumping():
                 self._spawn(self._pump(), keep=True)
         try:
-            if self.was_ready and not self.settled:
+            if self.session.was_ready and not self.settled:
                 await self._settle()
         except Exception as exc:  # the client is gone; operators must see the lost count
             log.error("realtime: usage of session %s not recorded: %r", self.session_id, exc)
         finally:
-            if self.leased:
-                self.ctx.metrics.live_sessions.dec()
-                with contextlib.suppress(Exception):
-                    await self.ctx.redis.release_session(self.principal.account.id,  # type: ignore[union-attr]
-                                                         self.session_id)
+            if self.admitted is not None:
+                assert self.principal is not None
+                await self.admission.release(self.principal, self.session_id)
             await asyncio.sleep(self.opts.batch_ms / 1000 + 1)  # let the last record go out
             self.hub.detach(self.session_id)
-            admission(self.ctx).sessions.pop(self, None)
+            request_gate(self.ctx).sessions.pop(self, None)
             for task in list(self.tasks):
                 if task is not asyncio.current_task() and not getattr(task, "a5s_keep", False):
                     task.cancel()
@@ -486,12 +391,9 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         with contextlib.suppress(tornado.websocket.WebSocketClosedError):
             self.write_message(message.model_dump_json())
 
-    def _send_error(self, exc: StreamError) -> None:
-        self._write(Error(code=exc.code.value, message=exc.message))
-
     def _fail(self, exc: BaseException, provider: str | None = None) -> None:
         """End the session: ``provider_error`` (if any), ``error``, then the close code."""
-        if self.state == "closed":
+        if not self.session.close():
             return
         error = stream_error(exc)
         if error.code is Code.internal_error:
@@ -499,10 +401,9 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
                       exc_info=exc if not isinstance(exc, StreamError) else None)
         elif isinstance(exc, A5sError) and exc.log:
             log.warning("realtime: session %s: %s", self.session_id, exc.log)
-        self.state = "closed"
         if provider is not None:
             self._write(ProviderError(message=provider))
-        self._send_error(error)
+        self._write(Error(code=error.code.value, message=error.message))
         self.close(error.close_code, error.code.value)
 
     def _spawn(self, coro: Coroutine[Any, Any, Any], keep: bool = False) -> None:

@@ -94,9 +94,13 @@ class RealtimeHub:
     def detach(self, session_id: str) -> None:
         self._routes.pop(session_id, None)
 
-    async def send(self, record: RealtimeAudio) -> None:
-        """Publish one audio record (acknowledged by the broker before returning)."""
-        await self.ctx.producer.send(REALTIME_AUDIO, record.session_id, record)
+    async def send(self, record: RealtimeAudio) -> int:
+        """Publish one audio record (acknowledged by the broker before returning).
+
+        Returns:
+            its offset in the partition (the session's records share one).
+        """
+        return await self.ctx.producer.send(REALTIME_AUDIO, record.session_id, record)
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         while True:

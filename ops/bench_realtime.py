@@ -1,6 +1,7 @@
 """Streaming benchmark through the service: ``WSS /v1/realtime`` end to end.
 
-``python -m ops.bench_realtime [--sessions N ...] [--url ws://host:port --key a5s_sk_...]``
+``python -m ops.bench_realtime [--sessions N ...] [--accounts K] [--url ws://host:port --key a5s_sk_...]``
+``python -m ops.bench_realtime --coverage [--prompts 20] [--parallel 5] [--show]``
 
 Without ``--url`` it starts its own embedded stack (``a5s up`` in a temporary data
 directory, on free loopback ports; extra ``A5S_*`` settings pass through the
@@ -24,7 +25,22 @@ Definitions (times are on the session's audio clock: 0 = first frame sent):
   arrival of the first message whose text has more words than the settled text (the
   last final) minus that start.
 * **Keep-up**: how late the sender fell behind its schedule (max), and the time from
-  ``finish`` to ``finished`` (the decode backlog left at the end).
+  ``finish`` to ``finished`` (the decode backlog left at the end). A run *keeps real time*
+  when no session failed, no sender fell 0.5 s behind and no backlog at the end exceeded
+  3 s; the largest such N of the run is printed last.
+* **Capacity**: sessions are spread over ``--accounts`` accounts (default: five sessions
+  each, the per-account limit), and with a stack of its own the CPU seconds its processes
+  used are printed per second of audio, i.e. the share of a core one live session costs.
+  A worker holds ``realtime.worker_max_sessions`` sessions (``A5S_REALTIME__WORKER_MAX_SESSIONS``).
+
+``--coverage`` streams instead every dev-set item with a reference (every conversation,
+every real recording with a quoted reference, an even sample of ``--prompts`` Asterisk
+prompts; see :mod:`ops.realtime_coverage`), each file as it is, at real-time pace,
+``--parallel`` at a time, then transcribes the same files through the batch API of the
+same service. Printed per item and pooled: utterances never shown and mostly lost, the
+streaming WER beside the batch WER (Whisper's English normaliser on both sides), any
+invented tail, final latency and first partial p50/p95. Coverage and WER do not depend on
+the machine's load; latencies do, so the load average is printed beside them.
 """
 
 from __future__ import annotations
@@ -49,7 +65,10 @@ import httpx
 import jiwer
 import numpy as np
 
-from ops.bench_streaming import CLIPS, build_stream, normalize, phrase_marks
+from ops.bench_asr import normalized
+from ops.bench_streaming import CLIPS, build_stream, load_pcm, normalize, phrase_marks
+from ops.procstat import stack_cpu
+from ops.realtime_coverage import CoverageItem, dev_items, invented_tail, score_utterances
 from pipeline.realtime import StreamingVad, default_vad_path
 
 __all__ = ["main", "run_session", "score"]
@@ -165,6 +184,7 @@ def score(results: list[Session]) -> dict[str, float]:
                     settled = m["text"]
     pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
     return {
+        "_finals": latencies, "_firsts": firsts,
         "errors": len(results) - len(ok),
         "wer": wer.wer if wer else float("nan"), "sub": wer.substitutions if wer else 0,
         "del": wer.deletions if wer else 0, "ins": wer.insertions if wer else 0,
@@ -209,7 +229,10 @@ class _Stack:
         env = {**os.environ, "A5S_DATA_DIR": str(self.dir / "data"), "A5S_PORT": str(self.port),
                "A5S_CONSOLE_PORT": str(self.console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
                "A5S_EMBEDDED__BROKER_STORAGE": str(_free_port()),
-               "A5S_EMBEDDED__REDIS": str(_free_port()), "PYTHONUNBUFFERED": "1"}
+               "A5S_EMBEDDED__REDIS": str(_free_port()), "PYTHONUNBUFFERED": "1",
+               "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
+               # the service runs under ``python -P``: this checkout, not the installed one
+               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         self.log = open(self.dir / "service.log", "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"],
                                      cwd=Path(__file__).resolve().parents[1], env=env,
@@ -230,11 +253,15 @@ class _Stack:
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/v1/realtime"
 
-    def new_key(self) -> str:
+    @property
+    def http_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def new_key(self, email: str = "bench@example.com") -> str:
         token = (self.dir / "data" / "console.token").read_text().strip()
         base = f"http://127.0.0.1:{self.console}/console/v1"
         auth = {"Authorization": f"Bearer {token}"}
-        account = httpx.post(f"{base}/accounts", json={"email": "bench@example.com"},
+        account = httpx.post(f"{base}/accounts", json={"email": email},
                              headers=auth, timeout=30).json()["account"]
         return httpx.post(f"{base}/accounts/{account['id']}/keys", json={"name": "bench"},
                           headers=auth, timeout=30).json()["key"]
@@ -265,6 +292,113 @@ async def _warm(url: str, key: str) -> None:
             pass
 
 
+# --- coverage: every dev item with a reference ------------------------------------------------
+
+def _pct(xs: list[float], q: float) -> float:
+    return float(np.percentile(xs, q)) if xs else float("nan")
+
+
+def _latencies(results: list[Session]) -> tuple[list[float], list[float]]:
+    """Final latencies and first-partial times of ``results`` (``score``'s definitions)."""
+    finals: list[float] = []
+    firsts: list[float] = []
+    for r in results:
+        one = score([r])
+        finals += one.get("_finals", [])
+        firsts += one.get("_firsts", [])
+    return finals, firsts
+
+
+def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, prompts: int,
+                 parallel: int, show: bool) -> int:
+    """Stream then batch-transcribe every dev item; print the report. Returns the errors."""
+    from ops.bench_pipeline import run_service
+    from tests.stack import EvalServer
+
+    items = dev_items(eval_dir, prompts)
+    vad = StreamingVad(default_vad_path())
+    sessions: list[Session] = []
+    for item in items:
+        pcm = np.clip(load_pcm(eval_dir / item.path) * 32768, -32768, 32767).astype("<i2")
+        starts, ends = phrase_marks(vad, pcm)
+        sessions.append(Session(pcm, item.reference, starts, ends))
+    audio_s = sum(len(r.pcm) for r in sessions) / SR
+    load0 = os.getloadavg()
+    t = time.perf_counter()
+
+    async def stream_all() -> None:
+        slots = [asyncio.Semaphore(5) for _ in keys]
+        gate = asyncio.Semaphore(parallel)
+
+        async def one(k: int, r: Session) -> None:
+            async with gate, slots[k % len(keys)]:
+                await run_session(url, keys[k % len(keys)], r, 0.0)
+
+        await asyncio.gather(*(one(k, r) for k, r in enumerate(sessions)))
+
+    asyncio.run(stream_all())
+    wall, load1 = time.perf_counter() - t, os.getloadavg()
+    server = EvalServer(eval_dir)
+    try:
+        jobs, _ = run_service(http_url, keys, server.url,
+                              [{"path": i.path, "duration": i.duration,
+                                "reference_text": i.reference} for i in items], 3600.0)
+    finally:
+        server.close()
+    batch = {j.path: j.text for j in jobs}
+    print(f"\n== coverage: {len(items)} items, {audio_s:.1f} s of audio streamed at real time, "
+          f"{parallel} at a time over {len(keys)} account(s); wall {wall:.1f} s; load average "
+          f"{' '.join(f'{x:.2f}' for x in load0)} -> {' '.join(f'{x:.2f}' for x in load1)} "
+          f"on {os.cpu_count()} cores")
+    print(f"{'item':48s} {'dur':>6s} {'utt':>4s} {'never':>5s} {'most':>4s} {'stream':>7s} "
+          f"{'batch':>7s} {'fin50':>5s} {'fin95':>5s} {'1st50':>5s} {'1st95':>5s}  tail")
+    refs, hyps, batch_hyps = [], [], []
+    never = mostly = tails = errors = utterances = batch_never = 0
+    for item, r in zip(items, sessions):
+        scores = score_utterances(item.utterances, r.text)
+        batch_scores = score_utterances(item.utterances, batch.get(item.path, ""))
+        batch_never += sum(s.never_shown for s in batch_scores)
+        n_never = sum(s.never_shown for s in scores)
+        n_most = sum(s.mostly_lost for s in scores)
+        tail = invented_tail(item.reference, r.text) if not r.error else ""
+        ref = normalized(item.reference)
+        hyp, bhyp = normalized(r.text), normalized(batch.get(item.path, ""))
+        refs.append(ref)
+        hyps.append(hyp)
+        batch_hyps.append(bhyp)
+        finals, firsts = _latencies([r])
+        utterances += len(scores)
+        never, mostly, tails = never + n_never, mostly + n_most, tails + bool(tail)
+        errors += bool(r.error)
+        print(f"{item.path[-48:]:48s} {item.duration:6.1f} {len(scores):4d} {n_never:5d} "
+              f"{n_most:4d} {jiwer.wer(ref, hyp or '<empty>') * 100:6.1f}% "
+              f"{jiwer.wer(ref, bhyp or '<empty>') * 100:6.1f}% {_pct(finals, 50):5.2f} "
+              f"{_pct(finals, 95):5.2f} {_pct(firsts, 50):5.2f} {_pct(firsts, 95):5.2f}  "
+              f"{tail!r}" + (f"  ERROR {r.error}" if r.error else ""))
+        for u, sc, bsc in zip(item.utterances, scores, batch_scores):
+            if sc.mostly_lost:
+                print(f"    {'never shown' if sc.never_shown else 'mostly lost'} "
+                      f"({sc.matched}/{sc.words} words; batch {bsc.matched}/{bsc.words}): {u!r}")
+        if show:
+            print("    REF:", ref)
+            print("    HYP:", hyp)
+            print("    BAT:", bhyp)
+    finals, firsts = _latencies(sessions)
+    s_wer = jiwer.wer(refs, [h or "<empty>" for h in hyps])
+    b_wer = jiwer.wer(refs, [h or "<empty>" for h in batch_hyps])
+    conv = [k for k, i in enumerate(items) if i.group == "conversation"]
+    print(f"pooled: {utterances} utterances, never shown {never} (batch: {batch_never}), "
+          f"mostly lost {mostly}; items with an invented tail {tails}; session errors {errors}")
+    print(f"pooled WER: streaming {s_wer * 100:.2f}%, batch {b_wer * 100:.2f}% "
+          f"(difference {(s_wer - b_wer) * 100:+.2f} points); conversations only: streaming "
+          f"{jiwer.wer([refs[k] for k in conv], [hyps[k] or '<empty>' for k in conv]) * 100:.2f}%,"
+          f" batch {jiwer.wer([refs[k] for k in conv], [batch_hyps[k] or '<empty>' for k in conv]) * 100:.2f}%")
+    print(f"final latency p50 {_pct(finals, 50):.2f} s, p95 {_pct(finals, 95):.2f} s over "
+          f"{len(finals)} finals; first partial p50 {_pct(firsts, 50):.2f} s, p95 "
+          f"{_pct(firsts, 95):.2f} s over {len(firsts)} phrases (load average above)")
+    return errors
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, action="append",
@@ -277,7 +411,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clips", type=int, default=len(CLIPS),
                         help="clips per session (default all: about 99 s)")
     parser.add_argument("--show", action="store_true", help="print each session's transcript")
+    parser.add_argument("--coverage", action="store_true",
+                        help="stream every dev item with a reference instead (see above)")
+    parser.add_argument("--prompts", type=int, default=20,
+                        help="--coverage: Asterisk prompts in the even sample")
+    parser.add_argument("--accounts", type=int, default=0,
+                        help="accounts the sessions are spread over (default: five each)")
+    parser.add_argument("--parallel", type=int, default=5,
+                        help="--coverage: items streamed at once (five per account)")
     args = parser.parse_args(argv)
+    print("command: python -m ops.bench_realtime " + " ".join(argv if argv is not None
+                                                                else sys.argv[1:]))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the stack
     stack, errors = None, 0
     if args.url:
@@ -292,23 +436,52 @@ def main(argv: list[str] | None = None) -> None:
         asyncio.run(_warm(url, key))
         print(f"warm-up session (models load on the first) {time.perf_counter() - t:.1f} s; "
               f"cores {os.cpu_count()}")
+        if args.coverage:
+            keys = [key] + ([stack.new_key(f"bench{k}@example.com")
+                             for k in range(1, -(-args.parallel // 5))] if stack else [])
+            http_url = stack.http_url if stack else \
+                args.url.replace("ws", "http", 1).split("/v1/")[0]
+            errors += run_coverage(url, http_url, keys, args.eval, args.prompts,
+                                   args.parallel if stack else min(args.parallel, 5), args.show)
+            return
         vad = StreamingVad(default_vad_path())
-        for n in args.sessions or [1, 5]:
+        runs = args.sessions or [1, 5]
+        accounts = args.accounts or -(-max(runs) // 5)
+        keys = [key] + ([stack.new_key(f"bench{k}@example.com") for k in range(1, accounts)]
+                        if stack else [])
+        run_dir = stack.dir / "data" / "run" if stack else None
+        kept: list[int] = []
+        for n in runs:
             results = sessions_for(n, args.eval, vad, args.clips)
             load0 = os.getloadavg()[0]
+            cpu0 = stack_cpu(run_dir) if run_dir else {}
             t = time.perf_counter()
 
             async def all_sessions() -> None:
-                await asyncio.gather(*(run_session(url, key, r, 0.23 * k)
+                await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, 0.23 * k)
                                        for k, r in enumerate(results)))
 
             asyncio.run(all_sessions())
             wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
+            cpu1 = stack_cpu(run_dir) if run_dir else {}
             s = score(results)
             errors += s["errors"]
-            print(f"\n== {n} session(s) through the service, "
-                  f"{sum(len(r.pcm) for r in results) / SR / n:.1f} s audio each, wall "
+            audio_s = sum(len(r.pcm) for r in results) / SR
+            print(f"\n== {n} session(s) through the service over {min(n, len(keys))} "
+                  f"account(s), {audio_s / n:.1f} s audio each, wall "
                   f"{wall:.1f} s, load average {load0:.2f} -> {load1:.2f}, errors {s['errors']}")
+            if cpu1:
+                used = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in cpu1)
+                print(f"CPU of the stack: {used:.1f} s for {audio_s:.0f} s of audio: "
+                      f"{used / audio_s * 100:.1f}% of a core per live session "
+                      f"({', '.join(f'{k} {cpu1[k] - cpu0.get(k, cpu1[k]):.1f} s' for k in cpu1)})")
+            # Real time kept: no error, the sender never held back, no backlog at the end.
+            keeps = (not s["errors"] and s["send_lag_max"] < 0.5 and s["finish_max"] < 3.0)
+            if keeps:
+                kept.append(n)
+            print(f"keeps real time: {'yes' if keeps else 'NO'} (errors {s['errors']}, max send "
+                  f"lag {s['send_lag_max']:.2f} s < 0.5, finished after finish "
+                  f"{s['finish_max']:.2f} s < 3.0)")
             for r in results:
                 if r.error:
                     print("  session error:", r.error)
@@ -325,6 +498,10 @@ def main(argv: list[str] | None = None) -> None:
                 for r in results:
                     print("  REF:", normalize(r.reference))
                     print("  HYP:", r.text)
+        if not args.coverage:
+            print(f"\nlargest number of sessions that kept real time: "
+                  f"{max(kept) if kept else 'none'} (of {runs}; load average now "
+                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
     finally:
         if stack is not None:
             stack.close(keep_log=errors > 0)

@@ -72,6 +72,9 @@ class Effects(BaseModel):
     """Ids that left the waiting queue (for the gateway's queue-size set)."""
     usage_seconds: float = 0.0
     """Seconds newly counted toward usage by this event."""
+    sessions_closed: list[SessionClosed] = Field(default_factory=list)
+    """Live sessions whose ``stream`` usage event is to be recorded (idempotent by id, so
+    a replay records it again harmlessly)."""
 
 
 def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[AccountState,
@@ -129,6 +132,7 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
         case SessionOpened():
             pass
         case SessionClosed():
+            fx.sessions_closed.append(event)
             if event.session_id not in state.recent:
                 state.used += event.billed_ms / 1000.0
                 fx.usage_seconds = event.billed_ms / 1000.0

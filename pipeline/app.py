@@ -18,7 +18,9 @@ from typing import Any
 import faust
 
 from schemas.errors import JobErrorCode, JobFailed
+from schemas.api import STREAMING_MODEL
 from schemas.records import Submitted
+from schemas.rows import UsageEventRow
 from schemas.settings import Settings
 from stores.context import Context
 from stores.transcripts import Transcripts
@@ -227,5 +229,10 @@ class Pipeline:
             await self.publish(DISPATCH, job.transcript_id, job)
         for verdict in fx.admissions:
             await self.publish(ADMISSIONS, verdict.transcript_id, verdict)
+        for closed in fx.sessions_closed:
+            await self.transcripts.record_usage(UsageEventRow(
+                event_id=closed.session_id, account_id=closed.account_id, key_id=closed.key_id,
+                model=STREAMING_MODEL, kind="stream", at=closed.at,
+                audio_seconds=closed.billed_ms / 1000))
         for settled in fx.settled:
             await self.publish(SETTLED, settled.transcript_id, settled)

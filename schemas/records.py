@@ -208,7 +208,9 @@ class CompletedTranscript(Record):
 class RealtimeAudio(Record):
     """A stretch of a live session's audio (16 kHz s16le ``pcm``, base64 in JSON).
 
-    ``seq`` 0 opens the session (``vocabulary``, no audio); ``final`` ends it.
+    ``seq`` 0 opens the session (``vocabulary``, no audio); ``final`` ends it. ``origin``
+    (on every record after the opening one) is the offset of the session's first opening
+    record: a worker that takes the session over replays its audio from there.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, ser_json_bytes="base64",
@@ -219,6 +221,7 @@ class RealtimeAudio(Record):
     pcm: bytes = b""
     final: bool = False
     vocabulary: list[tuple[str, int]] | None = None
+    origin: int | None = None
 
 
 class RealtimeMessage(Record):
@@ -235,3 +238,5 @@ class RealtimeMessage(Record):
     type: Literal["transcript", "progress", "finished", "provider_error"]
     text: str = ""
     is_final: bool = False
+    replaying: bool = False
+    """Sent by a worker that took the session over and is rebuilding it from its audio."""

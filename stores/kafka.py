@@ -147,13 +147,15 @@ class Producer:
             raise UpstreamUnavailable(log="kafka: metadata refresh failed")
         return (time.perf_counter() - started) * 1000
 
-    async def send(self, spec: TopicSpec[Any], key: str, value: Any) -> None:
+    async def send(self, spec: TopicSpec[Any], key: str, value: Any) -> int:
+        """Publish and wait for the broker's acknowledgement; returns the record's offset."""
         if self._producer is None:
             raise UpstreamUnavailable(log="kafka: producer not started")
         async with map_kafka_errors():
-            await asyncio.wait_for(
+            meta = await asyncio.wait_for(
                 self._producer.send_and_wait(topic_name(self.settings, spec), spec.encode(value),
                                              key=key.encode()), timeout=15)
+        return int(meta.offset)
 
 
 def pace_empty_fetches(pause_s: float = 0.05) -> None:

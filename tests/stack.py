@@ -67,6 +67,8 @@ class Stack:
     proc: subprocess.Popen[bytes] | None = None
     port: int = 0
     console_port: int = 0
+    args: tuple[str, ...] = ()
+    """Extra ``a5s up`` arguments (``("--workers", "2")``)."""
 
     def start(self, timeout_s: float = 120.0) -> None:
         """Start (or start again: the same ports and data directory) the whole stack."""
@@ -77,6 +79,10 @@ class Stack:
                         "A5S_EMBEDDED__KAFKA": str(free_port()),
                         "A5S_EMBEDDED__REDIS": str(free_port()),
                         "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
+                        # ``a5s up`` starts the service with ``python -P``, which drops the
+                        # working directory from the path: without this, the installed
+                        # package (possibly another checkout) would be what runs.
+                        "PYTHONPATH": str(REPO),
                         "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
                         "PYTHONUNBUFFERED": "1", **self.env}
         # The service is started with ``python -P`` (no cwd on sys.path): this checkout's
@@ -84,7 +90,7 @@ class Stack:
         env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(
             p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
         self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO,
+        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up", *self.args], cwd=REPO,
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
         self.wait_ready(timeout_s)

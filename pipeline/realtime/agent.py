@@ -14,11 +14,19 @@ The models load when the first session arrives (the gateway shows ``provider_sta
 meanwhile). Per session, records are taken in ``seq`` order; a replayed record (at-least-once
 delivery) has a ``seq`` already seen and is dropped. Record 0 opens the session (it
 carries the vocabulary and no audio; the gateway repeats it until answered), a record
-with ``final`` ends it. A record for a session this worker does not hold, past record 0,
-means the session lived on another worker (a rebalance moved its partition): it is
-answered with ``provider_error`` and the gateway ends the session with
-``a5sv2_unavailable``. A session whose gateway went silent is dropped after
+with ``final`` ends it. A session whose gateway went silent is dropped after
 ``realtime.worker_orphan_s``.
+
+**Takeover.** A record for a session this worker does not hold, past record 0, means the
+session lived on another worker: it died, or a rebalance moved its partition. Every record
+names the offset of the session's opening record (``origin``), so this worker rebuilds the
+session by replaying its audio: a consumer of its own reads the partition from ``origin``
+up to the record that arrived, feeds the session's records to a new engine session (their
+updates are not published: the client has seen them), then goes on with the live records
+queued meanwhile. Messages say ``replaying`` until then, so the gateway holds back any
+transcript that would show less than the client has already seen. Only a record without
+``origin`` (an older gateway) or a replay that fails is answered with ``provider_error``,
+and the gateway ends the session with ``a5sv2_unavailable``.
 """
 
 from __future__ import annotations
@@ -26,12 +34,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener
+from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 
 from schemas.errors import StreamError
 from schemas.records import RealtimeAudio, RealtimeMessage
@@ -50,6 +59,9 @@ log = logging.getLogger("a5s.realtime")
 
 PROGRESS_INTERVAL_S = 1.0
 """A session with no message for this long while audio flows gets a ``progress`` message."""
+SEND_RETRY_S = 30.0
+"""How long a message is retried while the broker is away (a broker restart after a worker
+died takes a few seconds); a session is not given up for that."""
 
 Send = Callable[[TopicSpec[Any], str, Any], Awaitable[None]]
 
@@ -66,6 +78,11 @@ class _Live:
     last_record: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     task: asyncio.Task[None] | None = None
+    replay: tuple[int, int] | None = None
+    """Offsets ``[origin, until)`` of the partition to replay before the live records."""
+    moved: bool = False
+    """Dropped because its partition went to another worker (which takes it over; if the
+    partition comes back, this worker takes it over again)."""
 
 
 class RealtimeAgent:
@@ -110,7 +127,8 @@ class RealtimeAgent:
                 batches = await consumer.getmany(timeout_ms=500, max_records=500)
                 for tp, records in batches.items():
                     for record in records:
-                        await self._route(tp.partition, record.value, record.timestamp)
+                        await self._route(tp.partition, record.value, record.timestamp,
+                                          record.offset)
                 await self._acknowledge()
                 self._reap()
         finally:
@@ -125,8 +143,11 @@ class RealtimeAgent:
             bootstrap_servers=self.settings.bootstrap,
             group_id=f"{self.settings.app_id}-realtime",
             client_id=f"{self.settings.app_id}-realtime",
-            # A new group starts at the end: old audio belongs to sessions long gone.
-            auto_offset_reset="latest", enable_auto_commit=True, auto_commit_interval_ms=1000,
+            # Offsets are not committed: a worker that is given a partition starts at its end,
+            # and rebuilds any session it meets mid-way from the session's own origin. (With
+            # auto-commit, the embedded broker never settled a group that a second worker
+            # joined: a commit racing the join round got the member dropped, over and over.)
+            auto_offset_reset="latest", enable_auto_commit=False,
             fetch_max_wait_ms=self.opts.fetch_max_wait_ms, session_timeout_ms=10_000,
             heartbeat_interval_ms=1000, max_poll_interval_ms=300_000,
             rebalance_timeout_ms=10_000)
@@ -176,7 +197,7 @@ class RealtimeAgent:
 
     # --- routing ------------------------------------------------------------------------------
 
-    async def _route(self, partition: int, raw: bytes, timestamp_ms: int) -> None:
+    async def _route(self, partition: int, raw: bytes, timestamp_ms: int, offset: int) -> None:
         try:
             record = REALTIME_AUDIO.decode(raw)
         except ValueError:
@@ -184,34 +205,52 @@ class RealtimeAgent:
             return
         live = self.sessions.get(record.session_id)
         if live is None:
-            await self._open(partition, record, timestamp_ms)
+            await self._open(partition, record, timestamp_ms, offset)
             return
         live.last_record = time.monotonic()
         if record.seq > live.queued:  # a lower one is a replay of a record already taken
             live.queued = record.seq
             live.inbox.put_nowait(record)
 
-    async def _open(self, partition: int, record: RealtimeAudio, timestamp_ms: int) -> None:
+    async def _open(self, partition: int, record: RealtimeAudio, timestamp_ms: int,
+                    offset: int) -> None:
         sid = record.session_id
         age_s = time.time() - timestamp_ms / 1000 if timestamp_ms > 0 else 0.0
         if sid in self._ended or age_s > self.opts.stall_timeout_s:
             return  # its end was already answered, or its gateway gave up on it long ago
-        if record.seq != 0:
+        moved = record.seq != 0
+        if moved and record.origin is None:
             self._ended[sid] = time.monotonic()
             await self._message(sid, record.seq, "provider_error",
                                 text="The session's recognizer was moved; start a new session.")
             return
         if not self._ensure_engine():
-            return  # record 0 is repeated until answered; the gateway shows provider_status
+            # Record 0 is repeated until answered (the gateway shows provider_status); a
+            # moved session's next record tries again, and its replay covers this one.
+            return
         assert self.engine is not None
-        terms = [VocabularyTerm(text=t, strength=s) for t, s in record.vocabulary or ()]
         try:
-            self.engine.open(sid, terms)
+            if moved:
+                self.engine.open(sid)   # the vocabulary comes with the replayed record 0
+            else:
+                self.engine.open(sid, [VocabularyTerm(text=t, strength=s)
+                                       for t, s in record.vocabulary or ()])
         except StreamError as exc:
             self._ended[sid] = time.monotonic()
-            await self._message(sid, 0, "provider_error", text=exc.message)
+            await self._message(sid, record.seq, "provider_error", text=exc.message)
             return
         live = _Live(sid, partition)
+        if moved:
+            assert record.origin is not None
+            live.replay = (record.origin, offset)
+            live.queued = record.seq
+            live.inbox.put_nowait(record)
+            log.info("realtime: session %s taken over at record %d by process %d; replaying "
+                     "offsets %d-%d of partition %d", sid, record.seq, os.getpid(),
+                     record.origin, offset, partition)
+        else:
+            log.info("realtime: session %s opened on partition %d by process %d", sid,
+                     partition, os.getpid())
         self.sessions[sid] = live
         live.task = asyncio.create_task(self._serve(live), name=f"a5s-realtime-{sid}")
 
@@ -231,6 +270,7 @@ class RealtimeAgent:
             if (moved or now - live.last_record > self.opts.worker_orphan_s) and live.task:
                 log.info("realtime: dropping session %s (%s)", live.id,
                          "partition moved" if moved else "no audio")
+                live.moved = bool(moved)
                 live.task.cancel()
         for sid, at in list(self._ended.items()):
             if now - at > 600:
@@ -243,7 +283,11 @@ class RealtimeAgent:
         assert engine is not None
         getter: asyncio.Task[RealtimeAudio] | None = None
         try:
-            await self._message(live.id, 0, "progress")
+            if live.replay is not None:
+                await self._message(live.id, live.queued, "progress", replaying=True)
+                await self._replay(live)
+            else:
+                await self._message(live.id, 0, "progress")
             while True:
                 if getter is None:
                     getter = asyncio.create_task(live.inbox.get())
@@ -281,8 +325,68 @@ class RealtimeAgent:
             if getter is not None:
                 getter.cancel()
             engine.close(live.id)
-            self.sessions.pop(live.id, None)
-            self._ended[live.id] = time.monotonic()
+            if self.sessions.get(live.id) is live:
+                del self.sessions[live.id]
+            if not live.moved:
+                self._ended[live.id] = time.monotonic()
+
+    async def _replay(self, live: _Live) -> None:
+        """Rebuild a moved session: its records before the first live one, from the topic."""
+        engine = self.engine
+        assert engine is not None and live.replay is not None
+        origin, until = live.replay
+        started = time.monotonic()
+        records = await self._read_back(live.partition, live.id, origin, until)
+        first_live = live.queued
+        replayed = 0
+        vocabulary = next((r.vocabulary for r in records if r.seq == 0), None)
+        if vocabulary:
+            engine.close(live.id)
+            engine.open(live.id, [VocabularyTerm(text=t, strength=s) for t, s in vocabulary])
+        for record in records:
+            if 0 < record.seq < first_live and record.seq > live.seq:
+                live.seq = record.seq
+                if record.pcm:
+                    await engine.accept(live.id, record.pcm)   # seen by the client already
+                    replayed += len(record.pcm)
+        await engine.wait_updates(live.id, 0)                   # drop what the replay made
+        live.replay = None
+        log.info("realtime: session %s replayed %.1f s of audio (%d records) in %.2f s",
+                 live.id, replayed / 32000, len(records), time.monotonic() - started)
+
+    async def _read_back(self, partition: int, sid: str, origin: int,
+                         until: int) -> list[RealtimeAudio]:
+        """The records of ``sid`` at offsets ``[origin, until)`` of ``partition``, by seq."""
+        topic = self.settings.topic_prefix + REALTIME_AUDIO.name
+        tp = TopicPartition(topic, partition)
+        consumer = AIOKafkaConsumer(
+            bootstrap_servers=self.settings.bootstrap, group_id=None, enable_auto_commit=False,
+            client_id=f"{self.settings.app_id}-realtime-replay",
+            fetch_max_wait_ms=self.opts.fetch_max_wait_ms)
+        found: dict[int, RealtimeAudio] = {}
+        await consumer.start()
+        try:
+            consumer.assign([tp])
+            consumer.seek(tp, origin)
+            position = origin
+            while position < until:
+                batches = await consumer.getmany(tp, timeout_ms=1000, max_records=1000)
+                for record in batches.get(tp, []):
+                    position = record.offset + 1
+                    if record.offset >= until:
+                        break
+                    with contextlib.suppress(ValueError):
+                        audio = REALTIME_AUDIO.decode(record.value)
+                        if audio.session_id == sid:
+                            found.setdefault(audio.seq, audio)
+                if not batches:
+                    position = max(position, await consumer.position(tp))
+                    if position < until and await consumer.end_offsets([tp]) == {tp: position}:
+                        break
+        finally:
+            with contextlib.suppress(Exception):
+                await consumer.stop()
+        return [found[k] for k in sorted(found)]
 
     async def _publish(self, live: _Live, updates: list[Update]) -> None:
         for update in updates:
@@ -291,9 +395,21 @@ class RealtimeAgent:
             live.last_sent = time.monotonic()
 
     async def _message(self, sid: str, seq: int, kind: str, *, text: str = "",
-                       is_final: bool = False) -> None:
-        await self.send(REALTIME_MESSAGES, sid, RealtimeMessage(
-            session_id=sid, seq=seq, type=kind, text=text, is_final=is_final))  # type: ignore[arg-type]
+                       is_final: bool = False, replaying: bool = False) -> None:
+        message = RealtimeMessage(session_id=sid, seq=seq, type=kind,  # type: ignore[arg-type]
+                                  text=text, is_final=is_final, replaying=replaying)
+        deadline = time.monotonic() + SEND_RETRY_S
+        while True:
+            try:
+                await self.send(REALTIME_MESSAGES, sid, message)
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # the broker restarting: retried, the session kept
+                if time.monotonic() > deadline:
+                    raise
+                log.info("realtime: a message to %s waits for the broker: %r", sid, exc)
+                await asyncio.sleep(0.5)
 
 
 class _Listener(ConsumerRebalanceListener):

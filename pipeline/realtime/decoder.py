@@ -4,6 +4,12 @@ faster-whisper's ``transcribe()`` pads every call to a 30 s window and decodes o
 at a time. For live segments of 1-14 s that wastes most of the encoder time, so this
 module calls the CTranslate2 model directly: features of each segment, a window of the
 segment plus trailing zero frames, one batched ``encode`` and one batched ``generate``.
+
+Whisper may stop before the end of its audio: after a change of speaker (two voices
+overlapping, or one answering at once) it often writes the first phrase and then the
+end-of-text token, and the rest of a 10 s segment is silently lost. Decodes therefore run
+with timestamp tokens; the last one says how far the text reaches, and audio left after it
+is decoded again on its own (``continue_after_s``), as Whisper's own long-form loop does.
 """
 
 from __future__ import annotations
@@ -46,6 +52,8 @@ class Decoded:
     text: str
     no_speech_prob: float
     avg_logprob: float
+    continued: int = 0
+    """How many times the rest of the audio was decoded again after an early stop."""
 
 
 class WhisperDecoder:
@@ -72,12 +80,15 @@ class WhisperDecoder:
         self._tokenizer = Tokenizer(fw.hf_tokenizer, fw.model.is_multilingual,
                                     task="transcribe", language="en")
         self._max_length = fw.max_length
-        self._base_prompt = (*self._tokenizer.sot_sequence, self._tokenizer.no_timestamps)
+        self._base_prompt = tuple(self._tokenizer.sot_sequence)
+        self._timestamp_begin = self._tokenizer.timestamp_begin
 
     def prompt(self, hotwords: str = "") -> tuple[int, ...]:
         """Decoder prompt, optionally preceded by hotwords as 'previous text'.
 
         Hotwords are cut to a quarter of the context so they cannot crowd out the output.
+        The prompt leaves timestamps on (see the module notes); ``DecodeOptions.timestamps``
+        turns them off per decode.
         """
         if not hotwords:
             return self._base_prompt
@@ -85,11 +96,48 @@ class WhisperDecoder:
         return (self._tokenizer.sot_prev, *tokens, *self._base_prompt)
 
     def decode(self, inputs: Sequence[DecodeInput], options: DecodeOptions) -> list[Decoded]:
-        """Decode a batch (all prompts must have one length). Blocking; run in a pool."""
+        """Decode a batch (all prompts must have one length). Blocking; run in a pool.
+
+        With ``options.timestamps``, audio after the text's last timestamp (more than
+        ``options.continue_after_s`` of it) is decoded again and its text appended, up to
+        ``options.max_continuations`` times per input.
+        """
         if not inputs:
             return []
         if len({len(i.prompt) for i in inputs}) != 1:
             raise ValueError("a batch needs prompts of one length")
+        if not options.timestamps:
+            inputs = [DecodeInput(i.audio, (*i.prompt, self._tokenizer.no_timestamps))
+                      for i in inputs]
+            return [d for d, _ in self._decode_once(inputs, options)]
+        out = self._decode_once(inputs, options)
+        results = [d for d, _ in out]
+        todo = [(k, reached) for k, (_, reached) in enumerate(out)]
+        offsets = [0] * len(inputs)
+        for round_ in range(options.max_continuations):
+            rest = []
+            for k, reached in todo:
+                start = offsets[k] + int(reached * 16000)
+                if reached > 0 and (len(inputs[k].audio) - start) / 16000 > options.continue_after_s:
+                    offsets[k] = start
+                    rest.append(k)
+            if not rest:
+                break
+            more = self._decode_once([DecodeInput(inputs[k].audio[offsets[k]:], inputs[k].prompt)
+                                      for k in rest], options)
+            todo = []
+            for k, (extra, reached) in zip(rest, more):
+                if extra.text:  # inside a VAD segment: judged by the no-speech rule only
+                    prev = results[k]
+                    results[k] = Decoded(f"{prev.text} {extra.text}".strip(), prev.no_speech_prob,
+                                         prev.avg_logprob, round_ + 1)
+                    todo.append((k, reached))
+        return results
+
+    def _decode_once(self, inputs: Sequence[DecodeInput],
+                     options: DecodeOptions) -> list[tuple[Decoded, float]]:
+        """One batched pass: each input's result and how far its timestamps reach, s
+        (0 when the output has none)."""
         feats = [self._features(i.audio) for i in inputs]
         longest = max(f.shape[-1] for f in feats)
         window = min(_FULL_WINDOW, max(options.min_frames, longest + options.trailing_pad_frames))
@@ -113,5 +161,8 @@ class WhisperDecoder:
             silent = (r.no_speech_prob > options.no_speech_threshold
                       and avg < options.log_prob_threshold)
             text = "" if silent else self._tokenizer.decode(tokens).strip()
-            out.append(Decoded(text, r.no_speech_prob, avg))
+            stamps = [t for t in tokens if t >= self._timestamp_begin]
+            reached = (stamps[-1] - self._timestamp_begin) * 0.02 if stamps and text else 0.0
+            out.append((Decoded(text, r.no_speech_prob, avg), reached))
         return out
+

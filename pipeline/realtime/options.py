@@ -25,8 +25,10 @@ class VadOptions(BaseModel):
     neg_threshold_offset: float = Field(0.15, ge=0, lt=1, description=(
         "Silence is a probability below ``threshold - offset`` (hysteresis)."))
     min_silence_ms: int = Field(300, ge=32, description="End-silence that closes a segment, ms.")
-    speech_pad_ms: int = Field(96, ge=0, description=(
-        "Audio kept after the detected end, ms (short: the final waits for it)."))
+    speech_pad_ms: int = Field(224, ge=0, description=(
+        "Audio kept after the detected end, ms. The speculative final starts once this much "
+        "silence has passed, so it costs latency only beyond ``min_silence_ms``; 96 ms cut "
+        "soft word endings (\"fellow america\" for \"fellow Americans\" in jfk.flac)."))
     start_pad_ms: int = Field(200, ge=0, description=(
         "Audio kept before the detected start, ms: Silero needs a few windows to rise, "
         "and a clipped first word is a lost word."))
@@ -53,6 +55,18 @@ class DecodeOptions(BaseModel):
         "A decode is dropped as non-speech when its no-speech probability is above this "
         "and its average log-probability is below ``log_prob_threshold``."))
     log_prob_threshold: float = Field(-1.0, description="See ``no_speech_threshold``.")
+    timestamps: bool = Field(True, description=(
+        "Decode with timestamp tokens, so that a decode that stops early is noticed."))
+    continue_after_s: float = Field(1.0, gt=0, description=(
+        "Audio left after the last timestamp beyond this, s, is decoded again: Whisper "
+        "often stops at a change of speaker and would drop the rest of the segment."))
+    max_continuations: int = Field(3, ge=0, le=10, description=(
+        "Most re-decodes of one input's remaining audio (0: none)."))
+    doubtful_no_speech: float = Field(0.5, ge=0, le=1, description=(
+        "A continuation, or a segment that ends the stream, is dropped as invented text when "
+        "its no-speech probability is at least this and its log-probability below "
+        "``doubtful_log_prob`` (the batch recogniser's rule)."))
+    doubtful_log_prob: float = Field(-0.7, description="See ``doubtful_no_speech``.")
 
 
 class RecognizerOptions(BaseModel):
@@ -62,8 +76,10 @@ class RecognizerOptions(BaseModel):
 
     vad: VadOptions = VadOptions()
     decode: DecodeOptions = Field(DecodeOptions(), description="Final (and speculative final) decodes.")
-    partial_decode: DecodeOptions = Field(DecodeOptions(min_frames=500), description=(
-        "Partial decodes: a smaller encoder window, since partials are replaced anyway."))
+    partial_decode: DecodeOptions = Field(DecodeOptions(min_frames=500, max_continuations=1),
+                                          description=(
+        "Partial decodes: a smaller encoder window and one continuation at most, since "
+        "partials are replaced anyway."))
     first_partial_ms: int = Field(200, ge=0, description=(
         "Audio after the VAD's speech decision before the first partial decode, ms "
         "(5 sessions on 2 cores, engine level: 300 ms gave a first-partial p95 of 0.76 s, "

@@ -6,6 +6,13 @@ for *partials*; when it closes it is decoded once more for the *final* text, whi
 appended to the settled transcript. Every :class:`Update` carries the whole transcript
 so far (settled segments plus the current partial), as the streaming protocol wants.
 
+Whisper invents text on near-silence ("Thank you.", "you") and the end of a stream is
+where it meets it most: a breath or a click opens a segment that ``finish`` then closes.
+As in the batch recogniser, a doubtful decode (high no-speech probability and low
+log-probability) of a segment with almost no speech is dropped, and so is one of the stock
+phrases Whisper invents unless it is confidently heard over enough speech
+(:func:`invented`).
+
 Final latency is cut by a *speculative* decode: as soon as ``speech_pad_ms`` of silence
 follows speech, the segment as it would be closed is decoded; if the silence lasts until
 the segment closes, that result is the final and no decode is left to wait for.
@@ -35,9 +42,17 @@ from .options import DecodeOptions, RecognizerOptions
 from .vad import VAD_WINDOW, VadStream
 from .vocabulary import Vocabulary, VocabularyTerm
 
-__all__ = ["Update", "DecodeKind", "DecodeRequest", "SessionRecognizer", "pcm_to_float"]
+__all__ = ["Update", "DecodeKind", "DecodeRequest", "SessionRecognizer", "pcm_to_float",
+           "invented"]
 
 _SR = 16000
+
+STOCK_PHRASES = frozenset({
+    "you", "thank you", "thanks", "thank you very much", "thank you so much",
+    "thanks for watching", "thank you for watching", "thank you for listening",
+    "please subscribe", "bye", "bye bye", "goodbye", "the end", "so",
+})
+"""What Whisper writes for silence, noise and clicks (normalised: lower case, no punctuation)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +109,27 @@ class _Segment:
     partial_in_flight: bool = False
     partial_previous_end: int = -1                  # restored when a partial is given back
     prefinal_asked: int = -1                        # end of the last speculative decode asked
+    speech: int = 0                                 # samples the VAD judged speech
+
+
+def invented(text: str, decoded: Decoded, speech_s: float, options: DecodeOptions) -> bool:
+    """Whether a segment's decode is text Whisper made up rather than heard.
+
+    Args:
+        text: the decoded text.
+        decoded: the decode's scores.
+        speech_s: seconds of the segment the VAD judged speech.
+        options: the doubtful thresholds.
+    """
+    doubtful = (decoded.no_speech_prob >= options.doubtful_no_speech
+                and decoded.avg_logprob < options.doubtful_log_prob)
+    if doubtful and speech_s < 0.3:     # a click or a breath; one short word is ~0.4 s
+        return True
+    words = "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()
+    if " ".join(words) not in STOCK_PHRASES:
+        return False
+    unsure = decoded.no_speech_prob >= 0.3 or decoded.avg_logprob < -0.5
+    return unsure or speech_s < 0.6
 
 
 def pcm_to_float(pcm: bytes) -> np.ndarray:
@@ -145,6 +181,7 @@ class SessionRecognizer:
         self._last_end = 0                  # end of the last closed segment
         self._settled: list[str] = []
         self._bounds: dict[int, tuple[int, int]] = {}        # segment -> (start, end)
+        self._speech: dict[int, int] = {}                     # closed segment -> speech samples
         self._final_texts: dict[int, str] = {}                # decoded, not yet settled
         self._next_settle = 0
         self._pending_finals: deque[DecodeRequest] = deque()
@@ -221,6 +258,7 @@ class SessionRecognizer:
                     seg = self._open(max(0, cur - self._start_pad - VAD_WINDOW))
                     seg.opened_at = cur
                 seg.temp_end = 0
+                seg.speech += VAD_WINDOW
             if seg is None:
                 continue
             seg.probs.append((cur, float(p)))
@@ -360,9 +398,13 @@ class SessionRecognizer:
             the updates it causes (possibly none: stale partials are dropped).
         """
         text = self._vocab.correct(decoded.text)
+        seg = self._segment
+        speech = seg.speech if seg is not None and seg.index == req.segment else \
+            self._speech.get(req.segment, 0)
+        if text and invented(text, decoded, speech / _SR, self.decode_options(req.kind)):
+            text = ""
         if req.decoder is self._models.final:
             self._reusable[(req.start, req.end)] = text
-        seg = self._segment
         if req.kind is DecodeKind.FINAL:
             self._finals_in_flight -= 1
             self._final_texts[req.segment] = text
@@ -395,6 +437,7 @@ class SessionRecognizer:
         seg = self._segment
         end = min(max(end, seg.start + VAD_WINDOW), self._buffer.end)
         self._bounds[seg.index] = (seg.start, end)
+        self._speech[seg.index] = seg.speech
         self._last_end = end
         self._segment = None
         updates: list[Update] = []
@@ -409,6 +452,8 @@ class SessionRecognizer:
             nxt = self._open(end)
             nxt.opened_at = end
             nxt.probs.extend(x for x in seg.probs if x[0] > end)
+            thr = self._opts.vad.threshold
+            nxt.speech = sum(VAD_WINDOW for at, p in nxt.probs if p >= thr)
         return updates
 
     def _quietest(self, seg: _Segment) -> int:
@@ -433,6 +478,7 @@ class SessionRecognizer:
             if text:
                 self._settled.append(text)
             start, end = self._bounds.pop(i)
+            self._speech.pop(i, None)
             self._next_settle += 1
             # A final is sent when it adds text or clears a shown partial.
             updates += self._emit(True, i, start, end, force=bool(text))

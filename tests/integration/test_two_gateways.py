@@ -1,4 +1,4 @@
-"""Two gateway replicas: key revocation reaches both, a live session outlives no worker,
+"""Two gateway replicas: key revocation reaches both, a live session with no worker left ends,
 and a gateway killed mid-burst loses no job it accepted.
 
 The second gateway is a separate ``a5s gateway`` process on its own ports, reaching the
@@ -172,6 +172,11 @@ def test_a_live_session_ends_with_provider_error_when_its_worker_dies(
             await client.start()
             await client.until_transcript()
             seen = len(client.messages)
+            # No worker may come back in time: a worker that does takes the session over by
+            # replaying its audio (tests/integration/test_realtime_takeover.py). So the
+            # supervisor of ``a5s up`` is held until the session has ended.
+            assert stack.proc is not None
+            os.kill(stack.proc.pid, signal.SIGSTOP)
             stack.kill_service()  # the worker (and the first gateway) die; this gateway lives
             killed = time.monotonic()
             # The client keeps streaming, as a live microphone would, and must be told.
@@ -183,7 +188,11 @@ def test_a_live_session_ends_with_provider_error_when_its_worker_dies(
                     client.messages.append(json.loads(raw))
             return client.messages[seen:], ws.close_code, time.monotonic() - killed
 
-    after, close_code, took = asyncio.run(asyncio.wait_for(session(), 120))
+    try:
+        after, close_code, took = asyncio.run(asyncio.wait_for(session(), 120))
+    finally:
+        assert stack.proc is not None
+        os.kill(stack.proc.pid, signal.SIGCONT)
     kinds = [m["type"] for m in after]
     assert "provider_error" in kinds and kinds[-1] == "error", kinds
     assert kinds.index("provider_error") < len(kinds) - 1
@@ -191,8 +200,8 @@ def test_a_live_session_ends_with_provider_error_when_its_worker_dies(
     assert close_code == 1013
     print(f"session ended {took:.1f} s after its worker was killed")
 
-    # The service comes back (the supervisor restarts it), and the surviving gateway serves
-    # a new session on it without being restarted itself.
+    # The service comes back (the supervisor, running again, restarts it), and the surviving
+    # gateway serves a new session on it without being restarted itself.
     stack.wait_ready(180)
 
     async def again() -> None:

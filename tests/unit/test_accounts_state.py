@@ -78,3 +78,14 @@ def test_streaming_sessions_count_once() -> None:
                            billed_ms=4000, at=NOW)
     state, _ = run(AccountState(limits=LIMITS), closed, closed)
     assert state.used == 4.0
+
+
+def test_a_closed_session_is_recorded_as_stream_usage_even_on_replay() -> None:
+    """The usage event is written from the agent's effects (idempotent by session id),
+    so the gateway writes no usage of its own."""
+    closed = SessionClosed(account_id="a", session_id="s", key_id="k", audio_ms=4500,
+                           billed_ms=4000, at=NOW)
+    state, fx = apply(AccountState(limits=LIMITS), closed, NOW)
+    assert fx.sessions_closed == [closed] and fx.usage_seconds == 4.0
+    _, again = apply(state, closed, NOW)
+    assert again.sessions_closed == [closed] and again.usage_seconds == 0.0

@@ -16,9 +16,11 @@ import numpy as np
 import pytest
 
 from pipeline.audio import decode_to_pcm
-from pipeline.realtime import (EngineOptions, RealtimeEngine, SessionRecognizer, StreamingModels,
-                               Update, Vocabulary, VocabularyTerm)
+from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOptions,
+                               RealtimeEngine, SessionRecognizer, StreamingModels, Update,
+                               Vocabulary, VocabularyTerm)
 from pipeline.realtime.audio_buffer import AudioBuffer
+from pipeline.realtime.recognizer import invented
 from schemas.errors import StreamError, StreamErrorCode
 
 from asr_support import EVAL, JFK, words_of
@@ -30,6 +32,7 @@ JFK_TEXT = ("and so my fellow americans ask not what your country can do for you
             "ask what you can do for your country")
 TIMIT = EVAL / "real" / "deepspeech" / "LDC93S1.wav"
 TIMIT_TEXT = "she had your dark suit in greasy wash water all year"
+CONV03 = EVAL / "synthetic" / "conv03_overlap.wav"
 
 
 def pcm_of(path: Path, lead_s: float = 0.5, tail_s: float = 1.0) -> bytes:
@@ -180,3 +183,49 @@ async def test_engine_runs_sessions_concurrently_off_the_loop(models: StreamingM
     assert any(u.is_final for u in jfk_stream)       # settled while streaming, not only at finish
     assert any(n.startswith("a5s-realtime-decode") for n in names)
     assert any(n.startswith("a5s-realtime-vad") for n in names)
+
+
+def test_overlapping_speech_is_not_dropped(models: StreamingModels) -> None:
+    """conv03 speaks without pauses and overlaps speakers: segments run long and Whisper
+    stopped at the change of speaker, dropping the last 8 s ("Come on ... half past seven")
+    and most of "They only bake two hundred loaves"."""
+    _, finished = run_sync(SessionRecognizer(models), pcm_of(CONV03, 0, 0.5))
+    text = words_of(finished[-1].text)
+    for phrase in ("only", "worth it", "buy you a coffee", "okay okay", "meet you at the corner"):
+        assert phrase in text, (phrase, text)
+
+
+def test_a_decode_that_stops_early_goes_on(models: StreamingModels) -> None:
+    out = io.BytesIO()
+    decode_to_pcm(CONV03, out)
+    audio = np.frombuffer(out.getvalue(), "<i2").astype(np.float32)[int(35.89 * 16000):
+                                                                     int(45.34 * 16000)] / 32768
+    decoder = models.final
+    once, = decoder.decode([DecodeInput(audio, decoder.prompt())], DecodeOptions(max_continuations=0))
+    whole, = decoder.decode([DecodeInput(audio, decoder.prompt())], DecodeOptions())
+    assert once.continued == 0 and whole.continued >= 1
+    assert len(words_of(whole.text).split()) > len(words_of(once.text).split())
+    assert words_of(whole.text).startswith(words_of(once.text))
+    assert "half" in words_of(whole.text)
+
+
+def test_invented_text_is_dropped_but_heard_text_kept() -> None:
+    opts = DecodeOptions()
+    sure, unsure = Decoded("", 0.05, -0.2), Decoded("", 0.7, -0.9)
+    assert invented("Thank you.", unsure, 0.3, opts)
+    assert invented("Thank you.", sure, 0.3, opts)               # too little speech for it
+    assert not invented("Thank you.", sure, 1.2, opts)           # said clearly
+    assert invented("So we went.", unsure, 0.2, opts)            # doubtful, hardly any speech
+    assert not invented("Added.", unsure, 0.4, opts)             # one short word, heard
+    assert not invented("So we went home after the game.", unsure, 2.5, opts)
+    assert not invented("Thank you for calling.", sure, 0.4, opts)
+
+
+def test_the_end_of_a_stream_invents_nothing(models: StreamingModels, jfk_pcm: bytes) -> None:
+    """Whisper ended jfk.flac with "Thank you." when the stream closed on a breath of noise."""
+    rng = np.random.default_rng(7)
+    tail = (rng.normal(0, 300, int(0.4 * 16000))).astype("<i2").tobytes()
+    _, finished = run_sync(SessionRecognizer(models), jfk_pcm + tail)
+    text = words_of(finished[-1].text)
+    assert text.endswith("for your country"), text
+    assert jiwer.wer(JFK_TEXT, text) <= 0.1

@@ -1,0 +1,35 @@
+"""Scoring of the realtime coverage benchmark: utterances never shown, invented tails."""
+
+from __future__ import annotations
+
+from ops.bench_asr import DEFAULT_EVAL
+from ops.realtime_coverage import dev_items, invented_tail, score_utterances
+
+
+def test_an_utterance_left_out_is_never_shown() -> None:
+    turns = ["So I finally went to the bakery.", "Really?", "They bake two hundred loaves."]
+    scores = score_utterances(turns, "So I finally went to the bakery. They bake 200 loaves.")
+    assert [s.never_shown for s in scores] == [False, True, False]
+    assert [s.matched for s in scores] == [7, 0, 4]          # numbers compared as digits
+
+
+def test_mostly_lost_counts_half_the_words() -> None:
+    scores = score_utterances(["apples pears plums figs"], "apples")
+    assert scores[0].mostly_lost and not scores[0].never_shown
+    assert score_utterances(["a word"], "")[0].never_shown
+
+
+def test_invented_tail_is_what_follows_the_last_heard_word() -> None:
+    assert invented_tail("ask what you can do for your country",
+                         "Ask what you can do for your country. Thank you.") == "thank you"
+    assert invented_tail("calling", "Calling...") == ""
+    assert invented_tail("go forward ten meters", "Go forward, 10 meters.") == ""
+
+
+def test_dev_items_cover_conversations_recordings_and_prompts() -> None:
+    items = dev_items(DEFAULT_EVAL, prompts=5)
+    groups = {i.group for i in items}
+    assert {"conversation", "whisper", "pocketsphinx", "asterisk_16k"} <= groups
+    conv03 = next(i for i in items if i.path.endswith("conv03_overlap.wav"))
+    assert len(conv03.utterances) == 14 and conv03.utterances[-1].endswith("half past seven.")
+    assert sum(i.group == "asterisk_16k" for i in items) == 5
