@@ -19,27 +19,13 @@ from pathlib import Path
 
 from schemas.settings import Settings
 
+from .procstat import alive
+
 __all__ = ["InstanceError", "claim", "release", "leftovers", "port_owner", "stop_pid"]
 
 
 class InstanceError(RuntimeError):
     """This ``a5s up`` cannot start; the message says why in one line."""
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return Path(f"/proc/{pid}").exists() and not _zombie(pid)
-
-
-def _zombie(pid: int) -> bool:
-    with contextlib.suppress(OSError):
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
-    return False
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -90,7 +76,7 @@ def leftovers(settings: Settings) -> list[tuple[str, int]]:
     for pidfile in sorted(run.glob("*.pid")) if run.is_dir() else []:
         name = pidfile.stem if pidfile.stem in ("broker", "redis") else "service"
         pid = _read_pid(pidfile)
-        if pid and pid != os.getpid() and _alive(pid) and _belongs(pid, name, settings.data_path):
+        if pid and pid != os.getpid() and alive(pid) and _belongs(pid, name, settings.data_path):
             found.append((pidfile.stem, pid))
         else:
             pidfile.unlink(missing_ok=True)
@@ -103,9 +89,9 @@ def stop_pid(pid: int, timeout_s: float) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout_s
-        while _alive(pid) and time.monotonic() < deadline:
+        while alive(pid) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _alive(pid):
+        if alive(pid):
             os.kill(pid, signal.SIGKILL)
 
 
@@ -163,7 +149,7 @@ def claim(settings: Settings) -> list[tuple[str, int]]:
     with contextlib.suppress(OSError, ValueError):
         other = json.loads(record.read_text())
         pid = int(other["pid"])
-        if pid != os.getpid() and _alive(pid) and "up" in _cmdline(pid):
+        if pid != os.getpid() and alive(pid) and "up" in _cmdline(pid):
             ports = ", ".join(f"{k} {v}" for k, v in other.get("ports", {}).items())
             raise InstanceError(f"a5s is already running on {root} (pid {pid}; ports: {ports});"
                                 f" stop it first (Ctrl-C in its terminal, or kill {pid})")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-__all__ = ["PROCESSES", "pid_of", "memory_kb", "cpu_seconds", "stack_cpu"]
+__all__ = ["PROCESSES", "pid_of", "alive", "memory_kb", "cpu_seconds", "stack_cpu"]
 
 PROCESSES = ("service", "broker", "redis")
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -19,6 +19,21 @@ def pid_of(run_dir: Path, name: str) -> int | None:
         return int((run_dir / f"{name}.pid").read_text())
     except (FileNotFoundError, ValueError):
         return None
+
+
+def alive(pid: int) -> bool:
+    """Whether ``pid`` runs: a killed child its parent has not reaped yet (a zombie) is dead."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return Path(f"/proc/{pid}").exists()
+    return state not in ("Z", "X")
 
 
 def memory_kb(pid: int) -> tuple[int, int] | None:

@@ -30,6 +30,8 @@ from pathlib import Path
 from schemas.settings import Settings
 from stores.clickhouse import PROXY_SCHEME
 
+from .procstat import alive
+
 __all__ = ["WorkerPool", "worker_env", "dead_worker_pidfiles"]
 
 log = logging.getLogger("a5s.workers")
@@ -43,20 +45,6 @@ def worker_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child its parent has not reaped yet is a zombie: dead
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return True
-    return state not in ("Z", "X")
-
-
 def dead_worker_pidfiles(run_dir: Path) -> list[Path]:
     """Pidfiles of worker processes that died without cleaning up (no clean group leave)."""
     dead = []
@@ -65,7 +53,7 @@ def dead_worker_pidfiles(run_dir: Path) -> list[Path]:
             pid = int(path.read_text())
         except (OSError, ValueError):
             continue
-        if not _alive(pid):
+        if not alive(pid):
             dead.append(path)
     return dead
 
