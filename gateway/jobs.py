@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Literal
 
 from schemas import ids
 from schemas.api import (ASYNC_MODEL, CreateTranscript, DeletedTranscript, JobError,
@@ -47,8 +48,12 @@ class JobService:
     # --- create -------------------------------------------------------------------------------
 
     async def create(self, who: Principal, raw_body: bytes, idempotency_key: str | None,
-                     parse: type[CreateTranscript]) -> tuple[Transcript, bool]:
-        """Returns the transcript and whether it was created now (201) or replayed (200)."""
+                     parse: type[CreateTranscript],
+                     webhook_format: Literal["a5s", "assemblyai"] = "a5s",
+                     ) -> tuple[Transcript, bool]:
+        """Returns the transcript and whether it was created now (201) or replayed (200).
+
+        ``webhook_format`` is the body its webhook will have (``assemblyai`` for ``/v2``)."""
         account = who.account
         wait = await self.ctx.redis.take_rate(f"create:{account.id}",
                                               account.max_requests_per_minute)
@@ -62,7 +67,7 @@ class JobService:
             if replay is not None:
                 return replay, False
         try:
-            transcript = await self._admit(who, body)
+            transcript = await self._admit(who, body, webhook_format)
         except BaseException:
             if idempotency_key is not None:
                 await self.ctx.redis.delete("idem", account.id, _idem_hash(idempotency_key))
@@ -98,7 +103,8 @@ class JobService:
             await asyncio.sleep(0.05)  # a concurrent identical request is creating it
         raise IdempotencyConflict("A request with this Idempotency-Key is still in progress.")
 
-    async def _admit(self, who: Principal, body: CreateTranscript) -> Transcript:
+    async def _admit(self, who: Principal, body: CreateTranscript,
+                     webhook_format: Literal["a5s", "assemblyai"]) -> Transcript:
         account, ctx = who.account, self.ctx
         if not account.async_enabled:
             raise ModelAccessDenied(f"This account has no access to {ASYNC_MODEL}.",
@@ -118,7 +124,7 @@ class JobService:
                        created_at=now, audio_url=body.audio_url, file_id=body.file_id,
                        language_code=body.language_code, webhook_url=body.webhook_url,
                        webhook_auth_header_name=body.webhook_auth_header_name,
-                       metadata=body.metadata)
+                       metadata=body.metadata, webhook_format=webhook_format)
         row = TranscriptRow(id=tid, account_id=account.id, key_id=who.key.key_id,
                             created_at=now, status="queued", audio_url=body.audio_url,
                             file_id=body.file_id, language_code=body.language_code,

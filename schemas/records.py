@@ -48,6 +48,8 @@ class JobSpec(Record):
     webhook_url: str | None = None
     webhook_auth_header_name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    webhook_format: Literal["a5s", "assemblyai"] = "a5s"
+    """The webhook body: the spec's event, or AssemblyAI's for jobs created under ``/v2``."""
 
 
 # --- account events [key: account_id] -> accounts agent -------------------------------------
