@@ -38,7 +38,7 @@ from schemas.api import (CreateTranscript, DeletedTranscript, Transcript, Transc
 from schemas.assemblyai import (REFUSED, AaiCreateTranscript, AaiError, AaiPageDetails,
                                 AaiTranscript, AaiTranscriptItem, AaiTranscriptList, AaiUpload,
                                 AaiUtterance, AaiWord, is_off)
-from schemas.errors import A5sError, FileTooLarge, InvalidRequest
+from schemas.errors import A5sError, FileTooLarge, InvalidRequest, NotFound
 from schemas.records import TranscriptResult
 from stores.context import Context
 
@@ -242,7 +242,13 @@ class _AaiBodyTooLarge(_AaiErrors, BodyTooLargeHandler):
 
 
 class AaiNotFoundHandler(_AaiErrors, NotFoundHandler):
-    """Any other path under ``/v2``: 404 in AssemblyAI's shape."""
+    """The transcript sub-resources the SDK knows and a5s lacks (``sentences``,
+    ``paragraphs``, ``word-search``, ``redacted-audio``): 404 in AssemblyAI's shape. Other
+    unknown paths, ``/v2`` included, get the server's usual 404."""
+
+    def answer(self) -> A5sError:
+        return NotFound(f"No route for {self.request.path}: a5s has no sentences, paragraphs, "
+                        "word search or redacted audio.")
 
 
 class _AaiRoute(_AaiErrors):
@@ -353,5 +359,5 @@ def aai_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/v2/transcript", AaiTranscriptsHandler, jobs),
         (r"/v2/transcript/([^/]+)", AaiTranscriptHandler, jobs),
         (r"/v2/transcript/([^/]+)/(srt|vtt)", AaiSubtitlesHandler, jobs),
-        (r"/v2/.*", AaiNotFoundHandler, {"ctx": ctx}),
+        (r"/v2/transcript/[^/]+/.+", AaiNotFoundHandler, {"ctx": ctx}),
     ]

@@ -152,7 +152,7 @@ def test_refusals_reach_the_sdk_as_its_errors(stack: Stack,
     # refusals the SDK cannot send: the same {"error": "..."} shape
     headers = {"Authorization": account[1]}
     for method, path, body in (("PATCH", "/v2/transcript", None),
-                               ("GET", "/v2/lemur/v3/generate/task", None),
+                               ("GET", "/v2/transcript/tr_x/sentences", None),
                                ("POST", "/v2/transcript", b"{not json"),
                                ("GET", "/v2/transcript?after_id=tr_x", None)):
         resp = httpx.request(method, stack.url(path), headers=headers, content=body)
