@@ -19,8 +19,8 @@ the SDK reads, on the same HTTP status as ``/v1``; the webhook body is AssemblyA
 cannot honour are refused with a message that says so (``schemas.assemblyai.REFUSED``);
 ``docs/compat.md`` lists every field.
 
-The options that shape the answer (``speaker_labels``, ``punctuate``, ``format_text``,
-``webhook_auth_header_name``) are kept in the transcript's metadata under ``assemblyai``,
+The options that shape the answer (``speaker_labels``, ``speakers_expected``, ``punctuate``,
+``format_text``, ``webhook_auth_header_name``) are kept in the transcript's metadata under ``assemblyai``,
 so they live and are deleted with the transcript.
 """
 
@@ -104,6 +104,9 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
                                  "a5s knows.", param=name)
         if not is_off(value):
             raise InvalidRequest(f"{name} is not supported: {REFUSED[name]}.", param=name)
+    if req.speakers_expected is not None and not req.speaker_labels:
+        raise InvalidRequest("speakers_expected needs speaker_labels set to true.",
+                             param="speakers_expected")
     for name in _PLAIN:
         if getattr(req, name):
             raise InvalidRequest(f"{name} is not supported: a5s transcripts are verbatim "
@@ -119,7 +122,8 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
     body: dict[str, Any] = {
         "language_code": language,
         "metadata": {OPTIONS_KEY: {
-            "speaker_labels": bool(req.speaker_labels), "punctuate": req.punctuate,
+            "speaker_labels": bool(req.speaker_labels),
+            "speakers_expected": req.speakers_expected, "punctuate": req.punctuate,
             "format_text": req.format_text,
             "webhook_auth_header_name": req.webhook_auth_header_name}},
     }
@@ -153,7 +157,8 @@ def aai_transcript(transcript: Transcript, base_url: str) -> AaiTranscript:
         id=transcript.id, status=transcript.status,
         audio_url=_audio_url(transcript, base_url), language_code=transcript.language_code,
         punctuate=options.get("punctuate"), format_text=options.get("format_text"),
-        speaker_labels=labels, webhook_url=transcript.webhook_url,
+        speaker_labels=labels, speakers_expected=options.get("speakers_expected"),
+        webhook_url=transcript.webhook_url,
         webhook_auth=options.get("webhook_auth_header_name") is not None,
         webhook_auth_header_name=options.get("webhook_auth_header_name"),
         webhook_status_code=transcript.webhook_status_code,
@@ -300,7 +305,8 @@ class AaiTranscriptsHandler(_AaiJobs):
         hosts = {urlsplit(self.base_url).netloc, self.request.host}
         raw = json.dumps(create_body(req, hosts)).encode()
         transcript, _ = await self.jobs.create(who, raw, None, CreateTranscript,
-                                               webhook_format="assemblyai")
+                                               webhook_format="assemblyai",
+                                               speakers_expected=req.speakers_expected)
         self.send(aai_transcript(transcript, self.base_url))
 
     async def get(self) -> None:

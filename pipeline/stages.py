@@ -192,8 +192,11 @@ class Stages:
                 words = Engines.load_words(await self.ctx.objects.get_bytes(done.result_key))
                 speech = Engines.load_regions(await self.ctx.objects.get_bytes(
                     job_key(tid, "speech.json")))
+                spec = JobSpec.model_validate_json(
+                    await self.ctx.objects.get_bytes(job_key(tid, "spec.json")))
                 async with self.ctx.objects.local_copy(job_key(tid, "audio.pcm")) as pcm:
-                    result = await self.engines.run(self.engines.diarize, pcm, speech, words)
+                    result = await self.engines.run(self.engines.diarize, pcm, speech, words,
+                                                    spec.speakers_expected)
             except ObjectMissing as exc:
                 return await self._inputs_missing(tid, "diarize", exc)
             await self.ctx.objects.put_bytes(key, result.model_dump_json().encode())

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, StrictBool, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
 __all__ = ["AaiCreateTranscript", "AaiWord", "AaiUtterance", "AaiTranscript", "AaiTranscriptItem",
            "AaiPageDetails", "AaiTranscriptList", "AaiUpload", "AaiError", "AaiWebhook",
@@ -22,8 +22,8 @@ SPEECH_MODEL_USED = "a5s-async-v1"
 _NO_EXTRAS = "a5s does not run AssemblyAI's audio intelligence models"
 REFUSED: dict[str, str] = {
     # transcription options a5s has no counterpart for
-    "speakers_expected": "a5s estimates the number of speakers itself and takes no hint",
-    "speaker_options": "a5s estimates the number of speakers itself and takes no bounds",
+    "speaker_options": "a5s takes an exact speaker count (speakers_expected) or estimates "
+                       "the number itself; it takes no bounds",
     "dual_channel": "a5s mixes channels down to one and diarizes the mix",
     "multichannel": "a5s mixes channels down to one and diarizes the mix",
     "audio_channels": "a5s mixes channels down to one and diarizes the mix",
@@ -90,6 +90,7 @@ class AaiCreateTranscript(BaseModel):
     punctuate: StrictBool | None = None
     format_text: StrictBool | None = None
     speaker_labels: StrictBool | None = None
+    speakers_expected: StrictInt | None = Field(None, ge=1, le=20)
     webhook_url: StrictStr | None = None
     webhook_auth_header_name: StrictStr | None = None
     webhook_auth_header_value: StrictStr | None = None
@@ -117,6 +118,7 @@ class AaiTranscript(_Model):
     punctuate: bool | None = None
     format_text: bool | None = None
     speaker_labels: bool | None = None
+    speakers_expected: int | None = None
     webhook_url: str | None = None
     webhook_auth: bool = False
     webhook_auth_header_name: str | None = None

@@ -50,6 +50,8 @@ class JobSpec(Record):
     metadata: dict[str, Any] = Field(default_factory=dict)
     webhook_format: Literal["a5s", "assemblyai"] = "a5s"
     """The webhook body: the spec's event, or AssemblyAI's for jobs created under ``/v2``."""
+    speakers_expected: int | None = Field(None, ge=1, le=20)
+    """The number of speakers the client expects (``/v2``); None: diarization estimates it."""
 
 
 # --- account events [key: account_id] -> accounts agent -------------------------------------

@@ -67,7 +67,7 @@ def account(stack: Stack) -> tuple[str, str, str]:
 def test_sdk_transcribes_a_conversation(stack: Stack, account: tuple[str, str, str],
                                         hooks: str) -> None:
     _, key, secret = account
-    config = aai.TranscriptionConfig(speaker_labels=True, webhook_url=hooks,
+    config = aai.TranscriptionConfig(speaker_labels=True, speakers_expected=2, webhook_url=hooks,
                                      webhook_auth_header_name="X-Hook",
                                      webhook_auth_header_value="open-sesame")
     with stack.no_uncaught_errors():
@@ -80,6 +80,7 @@ def test_sdk_transcribes_a_conversation(stack: Stack, account: tuple[str, str, s
     utterances = transcript.utterances
     assert utterances and {u.speaker for u in utterances} == {"A", "B"}
     assert utterances[0].speaker == "A" and "help desk" in utterances[0].text
+    assert transcript.config.speakers_expected == 2
     words = transcript.words
     assert words and all(isinstance(w.start, int) and isinstance(w.end, int) for w in words)
     assert all(0 <= w.start <= w.end <= 56_300 for w in words)
@@ -133,7 +134,9 @@ def test_refusals_reach_the_sdk_as_its_errors(stack: Stack,
     url = transcriber.upload_file(str(SHORT))
     refused = {
         "auto_chapters": aai.TranscriptionConfig(auto_chapters=True),
-        "speakers_expected": aai.TranscriptionConfig(speaker_labels=True, speakers_expected=2),
+        "speaker_options": aai.TranscriptionConfig(
+            speaker_labels=True, speaker_options=aai.SpeakerOptions(max_speakers_expected=3)),
+        "speakers_expected": aai.TranscriptionConfig(speakers_expected=2),
         "punctuate": aai.TranscriptionConfig(punctuate=True),
         "speech_model": aai.TranscriptionConfig(speech_model=aai.SpeechModel.best),
         "language_code": aai.TranscriptionConfig(language_code="de"),

@@ -75,6 +75,15 @@ def test_every_refused_option_says_why(name: str) -> None:
     create_body(_req(**{name: None}), HOSTS)
 
 
+def test_speakers_expected_needs_speaker_labels() -> None:
+    with pytest.raises(InvalidRequest, match="needs speaker_labels"):
+        create_body(_req(speakers_expected=2), HOSTS)
+    body = create_body(_req(speakers_expected=2, speaker_labels=True), HOSTS)
+    assert body["metadata"][OPTIONS_KEY]["speakers_expected"] == 2
+    with pytest.raises(ValueError):
+        _req(speakers_expected=0)
+
+
 def test_unknown_options_punctuation_and_languages_are_refused() -> None:
     with pytest.raises(InvalidRequest, match="Unknown field 'shiny'"):
         create_body(_req(shiny=1), HOSTS)
