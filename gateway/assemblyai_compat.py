@@ -56,7 +56,7 @@ __all__ = ["aai_routes", "create_body", "aai_transcript", "aai_list", "speaker_l
 OPTIONS_KEY = "assemblyai"
 """The metadata key under which a ``/v2`` transcript keeps the options that shape its answer."""
 WORD_CONFIDENCE = 1.0
-"""a5s measures no per-word confidence; AssemblyAI's SDK requires a number on every word."""
+"""The confidence of a word whose result predates stored confidences; the SDK requires one."""
 UPLOAD_PATH = "/v2/upload/"
 DELETED_URL = "http://deleted_by_user"
 """What AssemblyAI answers as the ``audio_url`` of a deleted transcript."""
@@ -138,9 +138,17 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
     return body
 
 
-def _words(words: list[Word], labels: bool) -> list[AaiWord]:
-    return [AaiWord(text=w.text, start=_ms(w.start), end=_ms(w.end), confidence=WORD_CONFIDENCE,
+_Key = tuple[float, float, str]
+
+
+def _words(words: list[Word], labels: bool, confidence: dict[_Key, float]) -> list[AaiWord]:
+    return [AaiWord(text=w.text, start=_ms(w.start), end=_ms(w.end),
+                    confidence=confidence.get((w.start, w.end, w.text), WORD_CONFIDENCE),
                     speaker=speaker_letter(w.speaker) if labels else None) for w in words]
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
 
 
 def _audio_url(summary: TranscriptSummary, base_url: str) -> str:
@@ -149,9 +157,16 @@ def _audio_url(summary: TranscriptSummary, base_url: str) -> str:
     return upload_url(base_url, summary.file_id) if summary.file_id else DELETED_URL
 
 
-def aai_transcript(transcript: Transcript, base_url: str) -> AaiTranscript:
-    """A ``/v1`` transcript in AssemblyAI's shape."""
+def aai_transcript(transcript: Transcript, base_url: str,
+                   result: TranscriptResult | None = None) -> AaiTranscript:
+    """A ``/v1`` transcript in AssemblyAI's shape; ``result`` (its stored result) gives the
+    word confidences: the recogniser's word probabilities, and their mean for the transcript
+    and for each utterance."""
     options = transcript.metadata.get(OPTIONS_KEY) or {}
+    confidence: dict[_Key, float] = {}
+    if result is not None and len(result.word_confidence) == len(result.words):
+        confidence = {(w.start, w.end, w.text): c
+                      for w, c in zip(result.words, result.word_confidence)}
     labels = bool(options.get("speaker_labels"))
     out = AaiTranscript(
         id=transcript.id, status=transcript.status,
@@ -167,13 +182,17 @@ def aai_transcript(transcript: Transcript, base_url: str) -> AaiTranscript:
         error=transcript.error.message if transcript.error else None)
     if transcript.status == "completed":
         out.text = transcript.text or ""
-        out.words = _words(transcript.words or [], labels)
+        out.words = _words(transcript.words or [], labels, confidence)
+        out.confidence = _mean([w.confidence for w in out.words]) if confidence else None
         if labels:
-            out.utterances = [
-                AaiUtterance(text=u.text, start=_ms(u.start), end=_ms(u.end),
-                             confidence=WORD_CONFIDENCE, speaker=speaker_letter(u.speaker),
-                             words=_words(u.words, True))
-                for u in transcript.utterances or []]
+            out.utterances = []
+            for u in transcript.utterances or []:
+                words = _words(u.words, True, confidence)
+                mean = _mean([w.confidence for w in words])
+                out.utterances.append(AaiUtterance(
+                    text=u.text, start=_ms(u.start), end=_ms(u.end),
+                    confidence=WORD_CONFIDENCE if mean is None else mean,
+                    speaker=speaker_letter(u.speaker), words=words))
     return out
 
 
@@ -335,8 +354,10 @@ class AaiTranscriptHandler(_AaiJobs):
 
     async def get(self, transcript_id: str) -> None:
         who = await self.authenticate()
-        self.send(aai_transcript(await self.jobs.get(who.account.id, transcript_id),
-                                 self.base_url))
+        found = await self.jobs.get_with_result(who.account.id, transcript_id)
+        assert found is not None  # missing_ok is False: a missing transcript raises
+        transcript, result = found
+        self.send(aai_transcript(transcript, self.base_url, result))
 
     async def delete(self, transcript_id: str) -> None:
         who = await self.authenticate()

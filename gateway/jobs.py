@@ -21,7 +21,7 @@ from schemas.api import (ASYNC_MODEL, CreateTranscript, DeletedTranscript, JobEr
 from schemas.errors import (A5sError, FileNotFound, IdempotencyConflict, InvalidRequest,
                             ModelAccessDenied, NotFound, QueueFull, RateLimited,
                             UsageLimitReached)
-from schemas.records import Canceled, JobSpec, Submitted
+from schemas.records import Canceled, JobSpec, Submitted, TranscriptResult
 from schemas.rows import TranscriptRow, UsageEventRow
 from stores.context import Context
 from stores.transcripts import Transcripts
@@ -180,17 +180,25 @@ class JobService:
 
     async def get(self, account_id: str, transcript_id: str,
                   missing_ok: bool = False) -> Transcript | None:
+        found = await self.get_with_result(account_id, transcript_id, missing_ok)
+        return found[0] if found else None
+
+    async def get_with_result(self, account_id: str, transcript_id: str, missing_ok: bool = False,
+                              ) -> tuple[Transcript, TranscriptResult | None] | None:
+        """The transcript, and its stored result once completed (which also holds what
+        ``/v1`` does not show, such as word confidences)."""
         row = await self.transcripts.get(transcript_id, account_id)
         if row is None:
             if missing_ok:
                 return None
             raise NotFound(f"No transcript {transcript_id!r}.")
         data = row.summary().model_dump()
+        result = None
         if row.status == "completed":
             result = await self.transcripts.result(row.id, account_id)
             if result is not None:
-                data |= result.model_dump()
-        return Transcript.model_validate(data)
+                data |= result.public()
+        return Transcript.model_validate(data), result
 
     # --- delete -------------------------------------------------------------------------------
 

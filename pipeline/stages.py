@@ -290,7 +290,7 @@ class Stages:
             created_at=row.created_at, completed_at=row.completed_at or now,
             audio_duration=row.audio_duration, language_code=row.language_code,
             model=row.model, metadata=summary.metadata, error_code=row.error_code,
-            **(result.model_dump() if result else {})))
+            **(result.public() if result else {})))
         pending_webhook = bool(row.webhook_url) and await self.ctx.objects.exists(
             job_key(tid, "spec.json"))
         if pending_webhook:

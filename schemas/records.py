@@ -186,6 +186,14 @@ class TranscriptResult(BaseModel):
     speakers: list[Speaker] = Field(default_factory=list)
     utterances: list[Utterance] = Field(default_factory=list)
     words: list[Word] = Field(default_factory=list)
+    word_confidence: list[float] = Field(default_factory=list)
+    """The recogniser's probability of each of ``words`` (same order), 0 to 1. Not part of
+    the ``/v1`` transcript; ``/v2`` serves it as AssemblyAI's word ``confidence``. Empty for
+    results stored before it was kept."""
+
+    def public(self) -> dict[str, Any]:
+        """The fields a ``/v1`` transcript and the ``transcripts.completed`` record carry."""
+        return self.model_dump(exclude={"word_confidence"})
 
 
 class CompletedTranscript(Record):

@@ -86,6 +86,8 @@ def test_sdk_transcribes_a_conversation(stack: Stack, account: tuple[str, str, s
     assert all(0 <= w.start <= w.end <= 56_300 for w in words)
     assert words[-1].end > 45_000  # milliseconds, not seconds
     assert {w.speaker for w in words} == {"A", "B"}
+    assert all(0 < w.confidence <= 1 for w in words) and len({w.confidence for w in words}) > 5
+    assert transcript.confidence is not None and 0.5 < transcript.confidence < 1
     assert sorted(w.start for u in utterances for w in u.words) == [w.start for w in words]
 
     cues = list(srt.parse(transcript.export_subtitles_srt(chars_per_caption=32)))

@@ -105,6 +105,19 @@ def test_completed_transcript_parses_with_the_sdk() -> None:
     assert parsed.utterances[1].words[0].start == 1200
 
 
+def test_confidences_come_from_the_stored_result() -> None:
+    t = _transcript()
+    result = TranscriptResult(text=t.text or "", words=t.words or [],
+                              utterances=t.utterances or [], word_confidence=[0.9, 0.5])
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(t, BASE, result).model_dump_json()))
+    assert [w.confidence for w in parsed.words] == [0.9, 0.5] and parsed.confidence == 0.7
+    assert [u.confidence for u in parsed.utterances] == [0.9, 0.5]
+    assert "word_confidence" not in result.public()
+    old = aai_transcript(t, BASE)  # a result stored before confidences were kept
+    assert old.confidence is None and {w.confidence for w in old.words or []} == {1.0}
+
+
 def test_without_speaker_labels_there_are_no_speakers() -> None:
     parsed = aai.types.TranscriptResponse.parse_obj(
         json.loads(aai_transcript(_transcript(labels=None), BASE).model_dump_json()))

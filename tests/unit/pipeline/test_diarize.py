@@ -245,6 +245,14 @@ def test_assemble_turn_taking() -> None:
         "speaker_1": 4.8, "speaker_2": 2.0, "speaker_3": 1.0}
 
 
+def test_assemble_keeps_word_probabilities_in_word_order() -> None:
+    words = [TimedWord("later", 2.0, 2.4, 0.61), TimedWord(" ", 1.5, 1.6, 0.1),
+             TimedWord("first", 0.1, 0.5, 0.987654), TimedWord("odd", 1.0, 1.2, 1.3)]
+    result = assemble(words, [])
+    assert [w.text for w in result.words] == ["first", "odd", "later"]
+    assert result.word_confidence == [0.9877, 1.0, 0.61]
+
+
 def test_assemble_long_pause_splits() -> None:
     turns = [SpeakerTurn(0, 0.0, 10.0)]
     words = _words(("a", 0.0, 0.5), ("b", 1.0, 1.5), ("c", 3.5, 4.0))
