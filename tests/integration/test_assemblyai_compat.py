@@ -173,3 +173,22 @@ def _error(transcriber: aai.Transcriber, config: aai.TranscriptionConfig) -> str
     except aai.types.TranscriptError as exc:
         return str(exc)
     raise AssertionError("the request was not refused")
+
+
+def test_the_accounts_limits_apply(stack: Stack, account: tuple[str, str, str]) -> None:
+    """The same admission as /v1: an exhausted usage limit and the create rate limit."""
+    _, spent = stack.new_account(usage_limit_seconds=0)
+    transcriber = aai.Transcriber(client=aai.Client(api_key=spent))
+    url = transcriber.upload_file(str(SHORT))
+    with pytest.raises(aai.types.TranscriptError) as error:
+        transcriber.transcribe(url)
+    assert error.value.status_code == 403 and "usage limit" in str(error.value).lower()
+
+    _, hasty = stack.new_account(max_requests_per_minute=1)
+    transcriber = aai.Transcriber(client=aai.Client(api_key=hasty))
+    first = transcriber.submit(transcriber.upload_file(str(SHORT)))
+    assert first.status == aai.TranscriptStatus.queued
+    with pytest.raises(aai.types.TranscriptError) as error:
+        transcriber.submit(transcriber.upload_file(str(SHORT)))
+    assert error.value.status_code == 429
+    assert transcriber.upload_file(str(SHORT)).startswith(stack.url("/v2/upload/"))
