@@ -21,7 +21,7 @@ import pytest
 import srt
 
 from a5s.webhooks import verify
-from tests.stack import EVAL, Stack, free_port
+from tests.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 
@@ -122,6 +122,15 @@ def test_sdk_transcribes_a_conversation(stack: Stack, account: tuple[str, str, s
     with pytest.raises(aai.types.TranscriptError) as failed:
         aai.Transcript.get_by_id(transcript.id)
     assert failed.value.status_code == 404
+
+
+def test_an_audio_url_is_fetched_and_speakers_stay_off(eval_server: EvalServer,
+                                                      account: tuple[str, str, str]) -> None:
+    url = eval_server.url("real/pocketsphinx/goforward.wav")
+    transcript = aai.Transcriber().transcribe(url)
+    assert transcript.status == aai.TranscriptStatus.completed, transcript.error
+    assert transcript.audio_url == url and transcript.words
+    assert transcript.utterances is None and {w.speaker for w in transcript.words} == {None}
 
 
 def test_broken_audio_is_the_sdks_error_status(account: tuple[str, str, str]) -> None:
