@@ -10,6 +10,7 @@ from stores.context import Context
 from stores.sql_readonly import ReadOnlySql
 
 from .account import AccountHandler, HealthHandler, ModelsHandler
+from .assemblyai_compat import aai_routes
 from .base import Application, NotFoundHandler
 from .clickhouse_proxy import clickhouse_proxy_routes
 from .console import console_routes
@@ -52,12 +53,14 @@ def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
 
 def extra_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
     """Served beside the API but not part of its OpenAPI document: the OpenAI-compatible
-    route (OpenAI's contract, docs/client.md), the operators' ``/health`` and Prometheus
-    metrics (outside ``/v1``, spec section 9; docs/operations.md) and the playground."""
+    route (OpenAI's contract, docs/client.md), AssemblyAI's batch API under ``/v2``
+    (docs/compat.md), the operators' ``/health`` and Prometheus metrics (outside ``/v1``,
+    spec section 9; docs/operations.md) and the playground."""
     return [
         (r"/health", HealthHandler, {"ctx": ctx}),
         (r"/v1/audio/transcriptions", OpenAITranscriptionsHandler,
          {"ctx": ctx, "jobs": JobService(ctx)}),
+        *aai_routes(ctx),
         (r"/metrics", MetricsHandler, {"ctx": ctx}),
         *playground_routes(),
     ]

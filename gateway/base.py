@@ -20,7 +20,8 @@ from schemas.rows import AccountRow, ApiKeyRow
 from stores.context import Context
 
 __all__ = ["BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
-           "validation_param", "ErrorEnvelope", "Application", "Admission", "admission", "JSON_BODY_LIMIT", "allowed_methods"]
+           "validation_param", "ErrorEnvelope", "Application", "Admission", "admission", "JSON_BODY_LIMIT", "allowed_methods",
+           "WrongMethodHandler", "BodyTooLargeHandler"]
 
 log = logging.getLogger("a5s.gateway")
 M = TypeVar("M", bound=BaseModel)
@@ -143,7 +144,11 @@ class ErrorEnvelope(tornado.web.RequestHandler):
             self.set_header("Allow", ", ".join(self.allowed_methods()))
         if error.retry_after is not None:
             self.set_header("Retry-After", str(int(error.retry_after)))
-        self.finish(error.body(self.request_id).model_dump_json())
+        self.finish(self.error_body(error))
+
+    def error_body(self, error: A5sError) -> str:
+        """The body of an error answer: the spec's envelope (compatibility routes override it)."""
+        return error.body(self.request_id).model_dump_json()
 
     @staticmethod
     def _as_api_error(exc: BaseException | None, status_code: int) -> A5sError:
@@ -306,7 +311,9 @@ class Application(tornado.web.Application):
 
     A method the route lacks goes to :class:`WrongMethodHandler`, a declared body over
     :data:`JSON_BODY_LIMIT` on a route that buffers its body (every route but the uploads)
-    to :class:`BodyTooLargeHandler`: the envelope, not tornado's bare 400.
+    to :class:`BodyTooLargeHandler`: the envelope, not tornado's bare 400. A handler class
+    may name its own refusers (``wrong_method_handler``, ``body_too_large_handler``) so that
+    a compatibility route answers in its own error shape.
     """
 
     def find_handler(self, request: Any, **kwargs: Any) -> Any:
@@ -317,10 +324,12 @@ class Application(tornado.web.Application):
                 and not issubclass(target, _Refusal)):
             allow = allowed_methods(target)
             if request.method not in allow:
-                return self.get_handler_delegate(request, WrongMethodHandler,
-                                                 {**args, "allow": allow})
+                return self.get_handler_delegate(
+                    request, getattr(target, "wrong_method_handler", WrongMethodHandler),
+                    {**args, "allow": allow})
         length = request.headers.get("Content-Length", "")
         if (not getattr(delegate, "stream_request_body", True) and length.isdigit()
                 and int(length) > JSON_BODY_LIMIT):
-            return self.get_handler_delegate(request, BodyTooLargeHandler, args)
+            return self.get_handler_delegate(
+                request, getattr(target, "body_too_large_handler", BodyTooLargeHandler), args)
         return delegate

@@ -13,6 +13,7 @@ import hashlib
 import json
 import logging
 from datetime import UTC, datetime
+from typing import Literal
 
 from schemas import ids
 from schemas.api import (ASYNC_MODEL, CreateTranscript, DeletedTranscript, JobError,
@@ -20,7 +21,7 @@ from schemas.api import (ASYNC_MODEL, CreateTranscript, DeletedTranscript, JobEr
 from schemas.errors import (A5sError, FileNotFound, IdempotencyConflict, InvalidRequest,
                             ModelAccessDenied, NotFound, QueueFull, RateLimited,
                             UsageLimitReached)
-from schemas.records import Canceled, JobSpec, Submitted
+from schemas.records import Canceled, JobSpec, Submitted, TranscriptResult
 from schemas.rows import TranscriptRow, UsageEventRow
 from stores.context import Context
 from stores.transcripts import Transcripts
@@ -47,8 +48,13 @@ class JobService:
     # --- create -------------------------------------------------------------------------------
 
     async def create(self, who: Principal, raw_body: bytes, idempotency_key: str | None,
-                     parse: type[CreateTranscript]) -> tuple[Transcript, bool]:
-        """Returns the transcript and whether it was created now (201) or replayed (200)."""
+                     parse: type[CreateTranscript],
+                     webhook_format: Literal["a5s", "assemblyai"] = "a5s",
+                     speakers_expected: int | None = None) -> tuple[Transcript, bool]:
+        """Returns the transcript and whether it was created now (201) or replayed (200).
+
+        ``webhook_format`` is the body its webhook will have (``assemblyai`` for ``/v2``);
+        ``speakers_expected`` is a speaker count for diarization (``/v2`` only)."""
         account = who.account
         wait = await self.ctx.redis.take_rate(f"create:{account.id}",
                                               account.max_requests_per_minute)
@@ -62,7 +68,7 @@ class JobService:
             if replay is not None:
                 return replay, False
         try:
-            transcript = await self._admit(who, body)
+            transcript = await self._admit(who, body, webhook_format, speakers_expected)
         except BaseException:
             if idempotency_key is not None:
                 await self.ctx.redis.delete("idem", account.id, _idem_hash(idempotency_key))
@@ -98,7 +104,9 @@ class JobService:
             await asyncio.sleep(0.05)  # a concurrent identical request is creating it
         raise IdempotencyConflict("A request with this Idempotency-Key is still in progress.")
 
-    async def _admit(self, who: Principal, body: CreateTranscript) -> Transcript:
+    async def _admit(self, who: Principal, body: CreateTranscript,
+                     webhook_format: Literal["a5s", "assemblyai"],
+                     speakers_expected: int | None) -> Transcript:
         account, ctx = who.account, self.ctx
         if not account.async_enabled:
             raise ModelAccessDenied(f"This account has no access to {ASYNC_MODEL}.",
@@ -118,7 +126,8 @@ class JobService:
                        created_at=now, audio_url=body.audio_url, file_id=body.file_id,
                        language_code=body.language_code, webhook_url=body.webhook_url,
                        webhook_auth_header_name=body.webhook_auth_header_name,
-                       metadata=body.metadata)
+                       metadata=body.metadata, webhook_format=webhook_format,
+                       speakers_expected=speakers_expected)
         row = TranscriptRow(id=tid, account_id=account.id, key_id=who.key.key_id,
                             created_at=now, status="queued", audio_url=body.audio_url,
                             file_id=body.file_id, language_code=body.language_code,
@@ -171,17 +180,25 @@ class JobService:
 
     async def get(self, account_id: str, transcript_id: str,
                   missing_ok: bool = False) -> Transcript | None:
+        found = await self.get_with_result(account_id, transcript_id, missing_ok)
+        return found[0] if found else None
+
+    async def get_with_result(self, account_id: str, transcript_id: str, missing_ok: bool = False,
+                              ) -> tuple[Transcript, TranscriptResult | None] | None:
+        """The transcript, and its stored result once completed (which also holds what
+        ``/v1`` does not show, such as word confidences)."""
         row = await self.transcripts.get(transcript_id, account_id)
         if row is None:
             if missing_ok:
                 return None
             raise NotFound(f"No transcript {transcript_id!r}.")
         data = row.summary().model_dump()
+        result = None
         if row.status == "completed":
             result = await self.transcripts.result(row.id, account_id)
             if result is not None:
-                data |= result.model_dump()
-        return Transcript.model_validate(data)
+                data |= result.public()
+        return Transcript.model_validate(data), result
 
     # --- delete -------------------------------------------------------------------------------
 

@@ -10,13 +10,15 @@ from __future__ import annotations
 from typing import Literal
 
 from schemas.errors import InvalidRequest, NotFound, TranscriptNotReady
+from schemas.records import TranscriptResult
 from stores.context import Context
 
 from .base import BaseHandler
 from .jobs import JobService
 from .subtitles import CaptionOptions, render_srt, render_vtt
 
-__all__ = ["SubtitlesHandler", "parse_subtitle_query", "SUBTITLE_TYPES", "DEFAULT_CHARS"]
+__all__ = ["SubtitlesHandler", "parse_subtitle_query", "completed_result", "SUBTITLE_TYPES",
+           "DEFAULT_CHARS"]
 
 SUBTITLE_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt"}
 DEFAULT_CHARS = 42
@@ -38,6 +40,20 @@ def parse_subtitle_query(fmt: str | None,
     return fmt, CaptionOptions(chars_per_caption=n)  # type: ignore[return-value]
 
 
+async def completed_result(jobs: JobService, account_id: str,
+                           transcript_id: str) -> TranscriptResult:
+    """The result captions are made from; 404 for no such transcript, 409 until it completes."""
+    row = await jobs.transcripts.get(transcript_id, account_id)
+    if row is None:
+        raise NotFound(f"No transcript {transcript_id!r}.")
+    result = (await jobs.transcripts.result(row.id, account_id)
+              if row.status == "completed" else None)
+    if result is None:
+        raise TranscriptNotReady(f"Transcript {transcript_id!r} is {row.summary().status}; "
+                                 "captions exist once it is completed.")
+    return result
+
+
 class SubtitlesHandler(BaseHandler):
     QUERY = {"GET": ("format", "chars_per_caption")}
 
@@ -49,14 +65,7 @@ class SubtitlesHandler(BaseHandler):
         who = await self.authenticate()
         fmt, options = parse_subtitle_query(self.get_query_argument("format", None),
                                             self.get_query_argument("chars_per_caption", None))
-        row = await self.jobs.transcripts.get(transcript_id, who.account.id)
-        if row is None:
-            raise NotFound(f"No transcript {transcript_id!r}.")
-        result = (await self.jobs.transcripts.result(row.id, who.account.id)
-                  if row.status == "completed" else None)
-        if result is None:
-            raise TranscriptNotReady(f"Transcript {transcript_id!r} is {row.summary().status}; "
-                                     "captions exist once it is completed.")
+        result = await completed_result(self.jobs, who.account.id, transcript_id)
         text = render_srt(result, options) if fmt == "srt" else render_vtt(result, options)
         self.set_header("Content-Type", SUBTITLE_TYPES[fmt])
         self.finish(text.encode())

@@ -204,13 +204,13 @@ class Engines:
             words.extend(part)
         return words
 
-    def diarize(self, pcm: Path, speech: list[Region],
-                words: list[TimedWord]) -> TranscriptResult:
+    def diarize(self, pcm: Path, speech: list[Region], words: list[TimedWord],
+                speakers: int | None = None) -> TranscriptResult:
         from .diarization import assemble
         if not words:
             return assemble(words, [])
         with _PcmSamples(pcm) as samples:  # the diarizer reads only the speech regions
-            turns = self.diarizer.diarize(samples, speech)  # type: ignore[arg-type]
+            turns = self.diarizer.diarize(samples, speech, speakers)  # type: ignore[arg-type]
         return assemble(words, turns)
 
     # --- (de)serialising intermediate results -------------------------------------------------

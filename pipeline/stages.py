@@ -192,8 +192,11 @@ class Stages:
                 words = Engines.load_words(await self.ctx.objects.get_bytes(done.result_key))
                 speech = Engines.load_regions(await self.ctx.objects.get_bytes(
                     job_key(tid, "speech.json")))
+                spec = JobSpec.model_validate_json(
+                    await self.ctx.objects.get_bytes(job_key(tid, "spec.json")))
                 async with self.ctx.objects.local_copy(job_key(tid, "audio.pcm")) as pcm:
-                    result = await self.engines.run(self.engines.diarize, pcm, speech, words)
+                    result = await self.engines.run(self.engines.diarize, pcm, speech, words,
+                                                    spec.speakers_expected)
             except ObjectMissing as exc:
                 return await self._inputs_missing(tid, "diarize", exc)
             await self.ctx.objects.put_bytes(key, result.model_dump_json().encode())
@@ -287,7 +290,7 @@ class Stages:
             created_at=row.created_at, completed_at=row.completed_at or now,
             audio_duration=row.audio_duration, language_code=row.language_code,
             model=row.model, metadata=summary.metadata, error_code=row.error_code,
-            **(result.model_dump() if result else {})))
+            **(result.public() if result else {})))
         pending_webhook = bool(row.webhook_url) and await self.ctx.objects.exists(
             job_key(tid, "spec.json"))
         if pending_webhook:

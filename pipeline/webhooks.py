@@ -35,6 +35,7 @@ from aiokafka.partitioner import murmur2
 from pydantic import BaseModel, ConfigDict
 
 from schemas.api import WebhookEvent
+from schemas.assemblyai import AaiWebhook
 from schemas.records import JobSpec, WebhookDue
 from schemas.settings import WebhookSettings
 from stores.context import Context
@@ -160,8 +161,14 @@ def address_policy(settings: WebhookSettings) -> AddressPolicy:
                          allow_loopback=settings.allow_loopback)
 
 
-def event_body(status: str, transcript_id: str, metadata: dict[str, Any]) -> bytes:
-    """The exact bytes posted and signed: ``{event, id, status, metadata}``, never the text."""
+def event_body(status: str, transcript_id: str, metadata: dict[str, Any],
+               fmt: Literal["a5s", "assemblyai"] = "a5s") -> bytes:
+    """The exact bytes posted and signed: ``{event, id, status, metadata}``, never the text;
+    for jobs created under ``/v2``, AssemblyAI's ``{transcript_id, status}``."""
+    if fmt == "assemblyai":
+        return AaiWebhook(transcript_id=transcript_id,
+                          status="completed" if status == "completed" else "error",
+                          ).model_dump_json().encode()
     event = WebhookEvent(event="transcript.completed" if status == "completed"
                          else "transcript.failed", id=transcript_id,
                          status="completed" if status == "completed" else "error",
@@ -196,10 +203,12 @@ class WebhookSender:
         row = await self.transcripts.get(tid, delivery.account_id)
         if row is None or not row.webhook_url or row.status not in ("completed", "error"):
             return "gone"
-        body = event_body(row.status, tid, json.loads(row.metadata or "{}"))
+        spec = await self._spec(tid)
+        body = event_body(row.status, tid, json.loads(row.metadata or "{}"),
+                          spec.webhook_format if spec else "a5s")
         secret = (await self.ctx.accounts.get(delivery.account_id)).webhook_secret
         headers: dict[str, str] = {}
-        name = await self._auth_header_name(tid)
+        name = spec.webhook_auth_header_name if spec else None
         value = await self.ctx.redis.get_json("webhook-auth", tid) if name else None
         if name and isinstance(value, str) and name.lower() not in _RESERVED_HEADERS:
             headers[name] = value
@@ -216,10 +225,11 @@ class WebhookSender:
             await self.transcripts.set_webhook_status(tid, status, delivery.account_id)
         return status
 
-    async def _auth_header_name(self, transcript_id: str) -> str | None:
+    async def _spec(self, transcript_id: str) -> JobSpec | None:
+        """The job's spec (auth header name, body format); kept until delivery ends."""
         with contextlib.suppress(ObjectMissing):
             raw = await self.ctx.objects.get_bytes(_spec_key(transcript_id))
-            return JobSpec.model_validate_json(raw).webhook_auth_header_name
+            return JobSpec.model_validate_json(raw)
         return None
 
     async def clean_up(self, delivery: Delivery) -> None:

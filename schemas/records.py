@@ -48,6 +48,10 @@ class JobSpec(Record):
     webhook_url: str | None = None
     webhook_auth_header_name: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
+    webhook_format: Literal["a5s", "assemblyai"] = "a5s"
+    """The webhook body: the spec's event, or AssemblyAI's for jobs created under ``/v2``."""
+    speakers_expected: int | None = Field(None, ge=1, le=20)
+    """The number of speakers the client expects (``/v2``); None: diarization estimates it."""
 
 
 # --- account events [key: account_id] -> accounts agent -------------------------------------
@@ -182,6 +186,14 @@ class TranscriptResult(BaseModel):
     speakers: list[Speaker] = Field(default_factory=list)
     utterances: list[Utterance] = Field(default_factory=list)
     words: list[Word] = Field(default_factory=list)
+    word_confidence: list[float] = Field(default_factory=list)
+    """The recogniser's probability of each of ``words`` (same order), 0 to 1. Not part of
+    the ``/v1`` transcript; ``/v2`` serves it as AssemblyAI's word ``confidence``. Empty for
+    results stored before it was kept."""
+
+    def public(self) -> dict[str, Any]:
+        """The fields a ``/v1`` transcript and the ``transcripts.completed`` record carry."""
+        return self.model_dump(exclude={"word_confidence"})
 
 
 class CompletedTranscript(Record):

@@ -111,9 +111,9 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
       The result fields of a completed transcript.
     """
     opts = opts or AssembleOptions()
-    items = sorted(((w.text.strip(), w.start, max(w.start, w.end)) for w in words),
-                   key=lambda w: (w[1], w[2]))
-    items = [w for w in items if w[0]]
+    kept = sorted((w for w in words if w.text.strip()),
+                  key=lambda w: (w.start, max(w.start, w.end)))
+    items = [(w.text.strip(), w.start, max(w.start, w.end)) for w in kept]
     if not items:
         return TranscriptResult()
     index = _Turns(turns)
@@ -159,4 +159,6 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
     speakers = [Speaker(id=speaker_id(k), speaking_time=_ms(speaking[k]))
                 for k in range(len(order))]
     return TranscriptResult(text=" ".join(w.text for w in out_words), speakers=speakers,
-                            utterances=utterances, words=out_words)
+                            utterances=utterances, words=out_words,
+                            word_confidence=[round(min(1.0, max(0.0, w.probability)), 4)
+                                             for w in kept])

@@ -28,21 +28,27 @@ def _compact(labels: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.astype(np.int64), len(uniq)
 
 
-def _agglomerate(emb: np.ndarray, opts: DiarizationOptions) -> np.ndarray:
+def _agglomerate(emb: np.ndarray, opts: DiarizationOptions,
+                 speakers: int | None = None) -> np.ndarray:
     if len(emb) < 2:
         return np.zeros(len(emb), dtype=np.int64)
     tree = linkage(emb.astype(np.float64), method="average", metric="cosine")
+    if speakers is not None:
+        return fcluster(tree, t=speakers, criterion="maxclust") - 1
     return fcluster(tree, t=1.0 - opts.merge_similarity, criterion="distance") - 1
 
 
 def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray,
-                       opts: DiarizationOptions) -> np.ndarray:
+                       opts: DiarizationOptions, speakers: int | None = None) -> np.ndarray:
     """Label each window with a speaker index (0..k-1, arbitrary order).
 
     Args:
       emb: (n, d) unit-length window embeddings.
       seconds: (n,) speech seconds each window stands for (weights small-cluster pruning).
       opts: thresholds and the clustering sample bound.
+      speakers: the number of speakers the client expects: the tree is cut into that many
+        clusters (fewer only when there are fewer distinct windows) and no threshold merges
+        them; None estimates the number.
 
     Returns:
       (n,) int labels.
@@ -54,10 +60,12 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray,
         sample = np.unique(np.linspace(0, n - 1, opts.max_cluster_windows).round().astype(int))
     else:
         sample = np.arange(n)
-    sample_labels, k = _compact(_agglomerate(emb[sample], opts))
+    sample_labels, k = _compact(_agglomerate(emb[sample], opts, speakers))
     cents = _centroids(emb[sample], sample_labels, k)
     labels = np.argmax(emb @ cents.T, axis=1)
     labels, k = _compact(labels)
+    if speakers is not None:
+        return labels
 
     # Clusters too small to trust join their nearest large cluster.
     while k > 1:

@@ -49,7 +49,8 @@ def _pieces(speech: list[Region], duration: float) -> list[Region]:
 class Diarizer:
     """Diarizes one file at a time; the embedder is a shared, preloaded resource.
 
-    The number of speakers is found automatically. Turns never overlap: each instant of
+    The number of speakers is found automatically, unless the job gives one
+    (``speakers_expected`` of AssemblyAI's API). Turns never overlap: each instant of
     speech gets the one speaker whose window is nearest in time.
     """
 
@@ -61,12 +62,14 @@ class Diarizer:
     def options(self) -> DiarizationOptions:
         return self._opts
 
-    def diarize(self, audio: np.ndarray, speech: list[Region]) -> list[SpeakerTurn]:
+    def diarize(self, audio: np.ndarray, speech: list[Region],
+                speakers: int | None = None) -> list[SpeakerTurn]:
         """Speaker turns over the speech regions, in time order.
 
         Args:
           audio: 16 kHz mono float32 samples of the whole file.
           speech: VAD speech regions in seconds (any order; clipped to the audio).
+          speakers: the number of speakers the client expects, or None to estimate it.
 
         Returns:
           Turns with speakers numbered 0, 1, … in order of first speech.
@@ -74,7 +77,8 @@ class Diarizer:
         pieces = _pieces(speech, len(audio) / SAMPLE_RATE)
         if not pieces:
             return []
-        if sum(p.duration for p in pieces) < 2 * self._opts.min_speaker:
+        if speakers == 1 or (speakers is None and
+                             sum(p.duration for p in pieces) < 2 * self._opts.min_speaker):
             # A speaker needs min_speaker seconds of speech: this little is one voice, and
             # short prompts (most of a call-centre backlog) skip the embedding model.
             return [SpeakerTurn(0, p.start, p.end) for p in pieces]
@@ -84,7 +88,7 @@ class Diarizer:
             return [SpeakerTurn(0, p.start, p.end) for p in pieces]
         seconds = np.array([w.end - w.start for w in windows]) * min(
             1.0, self._opts.hop / self._opts.window)
-        labels = cluster_embeddings(emb, seconds, self._opts)
+        labels = cluster_embeddings(emb, seconds, self._opts, speakers)
         return _turns(pieces, windows, labels)
 
     def _embed(self, audio: np.ndarray, pieces: list[Region]) -> tuple[list[_Window], np.ndarray]:

@@ -175,6 +175,29 @@ def test_clustering_single_voice_and_small_clusters() -> None:
     assert len(set(labels.tolist())) == 1
 
 
+def test_clustering_to_an_expected_count() -> None:
+    """A given speaker count cuts the tree there: no threshold merges or splits it."""
+    rng = np.random.default_rng(2)
+    three = _blobs(rng, 3, 600)
+    for k in (1, 2, 3):
+        labels = cluster_embeddings(three, np.full(600, 0.75), DiarizationOptions(), speakers=k)
+        assert len(set(labels.tolist())) == k
+    one = _blobs(rng, 1, 300, spread=0.6)  # one voice, but the client says two
+    labels = cluster_embeddings(one, np.full(300, 0.75), DiarizationOptions(), speakers=2)
+    assert len(set(labels.tolist())) == 2
+
+
+@pytest.mark.parametrize("speakers", [2, 4])
+def test_expected_speaker_count_on_real_audio(diarized, diarizer: Diarizer,
+                                              speakers: int) -> None:
+    """conv02 has three voices; told two or four, the diarizer gives that many."""
+    audio, speech, _ = diarized("synthetic/conv02_team_meeting.wav")
+    turns = diarizer.diarize(audio, speech, speakers)
+    _check_turns(turns, speech)
+    assert len({t.speaker for t in turns}) == speakers
+    assert {t.speaker for t in diarizer.diarize(audio, speech, 1)} == {0}
+
+
 # --- assemble() -----------------------------------------------------------------------------
 
 def _words(*spans: tuple[str, float, float]) -> list[TimedWord]:
@@ -220,6 +243,14 @@ def test_assemble_turn_taking() -> None:
     # "yes" straddles 4.0: it overlaps speaker 5 (0.2 s) more than speaker 2 (0.1 s).
     assert {s.id: s.speaking_time for s in result.speakers} == {
         "speaker_1": 4.8, "speaker_2": 2.0, "speaker_3": 1.0}
+
+
+def test_assemble_keeps_word_probabilities_in_word_order() -> None:
+    words = [TimedWord("later", 2.0, 2.4, 0.61), TimedWord(" ", 1.5, 1.6, 0.1),
+             TimedWord("first", 0.1, 0.5, 0.987654), TimedWord("odd", 1.0, 1.2, 1.3)]
+    result = assemble(words, [])
+    assert [w.text for w in result.words] == ["first", "odd", "later"]
+    assert result.word_confidence == [0.9877, 1.0, 0.61]
 
 
 def test_assemble_long_pause_splits() -> None:

@@ -1,0 +1,390 @@
+"""``/v2``: AssemblyAI's batch API over the batch model, for the official ``assemblyai`` SDK.
+
+A client written against AssemblyAI changes its base URL and key and nothing else. Every
+route maps shapes only: a transcript is created, read, listed and deleted through the same
+``JobService`` as ``/v1/transcripts`` (same keys, accounts, rate limit, quota, FIFO queue
+and usage ledger), and an upload is stored like ``POST /v1/files``.
+
+* ``POST /v2/upload`` (raw bytes) -> ``{"upload_url"}``, an URL of this server that
+  ``POST /v2/transcript`` recognises and turns into the upload's ``file_id``; any other
+  ``audio_url`` is fetched like ``/v1``'s.
+* ``POST /v2/transcript``, ``GET /v2/transcript`` (list), ``GET``/``DELETE
+  /v2/transcript/{id}``, ``GET /v2/transcript/{id}/srt|vtt?chars_per_caption=N``.
+
+Differences from ``/v1`` a client sees: the key is sent bare in ``Authorization`` (as the SDK
+does; ``Bearer`` is accepted too); successes are ``200``; times are milliseconds and
+speakers letters (``speaker_1`` -> ``A``); errors are ``{"error": "<message>"}``, the key
+the SDK reads, on the same HTTP status as ``/v1``; the webhook body is AssemblyAI's
+``{transcript_id, status}``, still signed with the account's webhook secret. Options a5s
+cannot honour are refused with a message that says so (``schemas.assemblyai.REFUSED``);
+``docs/compat.md`` lists every field.
+
+The options that shape the answer (``speaker_labels``, ``speakers_expected``, ``punctuate``,
+``format_text``, ``webhook_auth_header_name``) are kept in the transcript's metadata under ``assemblyai``,
+so they live and are deleted with the transcript.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+from urllib.parse import urlencode, urlsplit
+
+from schemas import ids
+from schemas.api import (CreateTranscript, DeletedTranscript, Transcript, TranscriptSummary, Word,
+                         normalise_language)
+from schemas.assemblyai import (REFUSED, AaiCreateTranscript, AaiError, AaiPageDetails,
+                                AaiTranscript, AaiTranscriptItem, AaiTranscriptList, AaiUpload,
+                                AaiUtterance, AaiWord, is_off)
+from schemas.errors import A5sError, FileTooLarge, InvalidRequest, NotFound
+from schemas.records import TranscriptResult
+from stores.context import Context
+
+from .base import (BaseHandler, BodyTooLargeHandler, NotFoundHandler, Principal, WrongMethodHandler,
+                   parse_body, principal_for)
+from .files import UploadRecords, _StreamedUpload
+from .jobs import JobService
+from .subtitles import render_srt, render_vtt
+from .subtitles_handler import SUBTITLE_TYPES, completed_result, parse_subtitle_query
+from .transcripts import parse_list_query
+
+__all__ = ["aai_routes", "create_body", "aai_transcript", "aai_list", "speaker_letter",
+           "upload_url", "upload_file_id", "unlabelled", "OPTIONS_KEY", "WORD_CONFIDENCE"]
+
+OPTIONS_KEY = "assemblyai"
+"""The metadata key under which a ``/v2`` transcript keeps the options that shape its answer."""
+WORD_CONFIDENCE = 1.0
+"""The confidence of a word whose result predates stored confidences; the SDK requires one."""
+UPLOAD_PATH = "/v2/upload/"
+DELETED_URL = "http://deleted_by_user"
+"""What AssemblyAI answers as the ``audio_url`` of a deleted transcript."""
+_UPLOAD = re.compile(r"/v2/upload/(file_[0-9A-Za-z]+)")
+_SPEAKER = re.compile(r"speaker_(\d+)")
+_LANGUAGES = {"en_uk": "en-gb"}
+"""AssemblyAI language codes a5s spells differently; the rest go to ``normalise_language``."""
+_PLAIN = ("punctuate", "format_text")
+
+
+# --- pure mappings ------------------------------------------------------------------------------
+
+def speaker_letter(speaker: str) -> str:
+    """``speaker_1`` -> ``A``, ``speaker_26`` -> ``Z``, ``speaker_27`` -> ``AA``."""
+    m = _SPEAKER.fullmatch(speaker)
+    if not m or int(m.group(1)) < 1:
+        return speaker
+    n, letters = int(m.group(1)), ""
+    while n:
+        n, r = divmod(n - 1, 26)
+        letters = chr(ord("A") + r) + letters
+    return letters
+
+
+def _ms(seconds: float) -> int:
+    return round(seconds * 1000)
+
+
+def upload_url(base_url: str, file_id: str) -> str:
+    return f"{base_url}{UPLOAD_PATH}{file_id}"
+
+
+def upload_file_id(url: str, hosts: set[str]) -> str | None:
+    """The upload behind ``url`` when it is one of this server's ``upload_url``s."""
+    parts = urlsplit(url)
+    m = _UPLOAD.fullmatch(parts.path)
+    return m.group(1) if m and parts.netloc in hosts and not parts.query else None
+
+
+def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
+    """The ``/v1`` create body for an AssemblyAI request; refuses what a5s cannot honour."""
+    for name, value in (req.model_extra or {}).items():
+        if name not in REFUSED:
+            raise InvalidRequest(f"Unknown field {name!r}: it is not an AssemblyAI batch option "
+                                 "a5s knows.", param=name)
+        if not is_off(value):
+            raise InvalidRequest(f"{name} is not supported: {REFUSED[name]}.", param=name)
+    if req.speakers_expected is not None and not req.speaker_labels:
+        raise InvalidRequest("speakers_expected needs speaker_labels set to true.",
+                             param="speakers_expected")
+    for name in _PLAIN:
+        if getattr(req, name):
+            raise InvalidRequest(f"{name} is not supported: a5s transcripts are verbatim "
+                                 "lowercase words without punctuation or formatting; set "
+                                 f"{name} to false or leave it out.", param=name)
+    language = req.language_code or "en"
+    try:
+        language = normalise_language(_LANGUAGES.get(language.lower(), language))
+    except A5sError as exc:
+        raise InvalidRequest(f"language_code {language!r} is not supported: a5s transcribes "
+                             "English only (en, en_us, en_uk, en_au).",
+                             param="language_code") from exc
+    body: dict[str, Any] = {
+        "language_code": language,
+        "metadata": {OPTIONS_KEY: {
+            "speaker_labels": bool(req.speaker_labels),
+            "speakers_expected": req.speakers_expected, "punctuate": req.punctuate,
+            "format_text": req.format_text,
+            "webhook_auth_header_name": req.webhook_auth_header_name}},
+    }
+    file_id = upload_file_id(req.audio_url, hosts)
+    if file_id is not None:
+        body["file_id"] = file_id
+    else:
+        body["audio_url"] = req.audio_url
+    for name in ("webhook_url", "webhook_auth_header_name", "webhook_auth_header_value"):
+        if getattr(req, name) is not None:
+            body[name] = getattr(req, name)
+    return body
+
+
+_Key = tuple[float, float, str]
+
+
+def _words(words: list[Word], labels: bool, confidence: dict[_Key, float]) -> list[AaiWord]:
+    return [AaiWord(text=w.text, start=_ms(w.start), end=_ms(w.end),
+                    confidence=confidence.get((w.start, w.end, w.text), WORD_CONFIDENCE),
+                    speaker=speaker_letter(w.speaker) if labels else None) for w in words]
+
+
+def _mean(values: list[float]) -> float | None:
+    return round(sum(values) / len(values), 4) if values else None
+
+
+def _audio_url(summary: TranscriptSummary, base_url: str) -> str:
+    if summary.audio_url:
+        return summary.audio_url
+    return upload_url(base_url, summary.file_id) if summary.file_id else DELETED_URL
+
+
+def aai_transcript(transcript: Transcript, base_url: str,
+                   result: TranscriptResult | None = None) -> AaiTranscript:
+    """A ``/v1`` transcript in AssemblyAI's shape; ``result`` (its stored result) gives the
+    word confidences: the recogniser's word probabilities, and their mean for the transcript
+    and for each utterance."""
+    options = transcript.metadata.get(OPTIONS_KEY) or {}
+    confidence: dict[_Key, float] = {}
+    if result is not None and len(result.word_confidence) == len(result.words):
+        confidence = {(w.start, w.end, w.text): c
+                      for w, c in zip(result.words, result.word_confidence)}
+    labels = bool(options.get("speaker_labels"))
+    out = AaiTranscript(
+        id=transcript.id, status=transcript.status,
+        audio_url=_audio_url(transcript, base_url), language_code=transcript.language_code,
+        punctuate=options.get("punctuate"), format_text=options.get("format_text"),
+        speaker_labels=labels, speakers_expected=options.get("speakers_expected"),
+        webhook_url=transcript.webhook_url,
+        webhook_auth=options.get("webhook_auth_header_name") is not None,
+        webhook_auth_header_name=options.get("webhook_auth_header_name"),
+        webhook_status_code=transcript.webhook_status_code,
+        audio_duration=(round(transcript.audio_duration)
+                        if transcript.audio_duration is not None else None),
+        error=transcript.error.message if transcript.error else None)
+    if transcript.status == "completed":
+        out.text = transcript.text or ""
+        out.words = _words(transcript.words or [], labels, confidence)
+        out.confidence = _mean([w.confidence for w in out.words]) if confidence else None
+        if labels:
+            out.utterances = []
+            for u in transcript.utterances or []:
+                words = _words(u.words, True, confidence)
+                mean = _mean([w.confidence for w in words])
+                out.utterances.append(AaiUtterance(
+                    text=u.text, start=_ms(u.start), end=_ms(u.end),
+                    confidence=WORD_CONFIDENCE if mean is None else mean,
+                    speaker=speaker_letter(u.speaker), words=words))
+    return out
+
+
+def _deleted(summary: DeletedTranscript) -> AaiTranscript:
+    """AssemblyAI answers a delete with the transcript emptied."""
+    return AaiTranscript(id=summary.id, status=summary.status, audio_url=DELETED_URL,
+                         text="Deleted by user.",
+                         error=summary.error.message if summary.error else None)
+
+
+def _stamp(value: datetime | None) -> str | None:
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat() if value else None
+
+
+def aai_list(page: list[TranscriptSummary], has_more: bool, limit: int, base_url: str,
+             current_url: str, status: str | None) -> AaiTranscriptList:
+    """A page of ``GET /v2/transcript``, newest first; ``prev_url`` leads to older ones."""
+    prev_url = None
+    if has_more and page:
+        query = {"limit": limit, **({"status": status} if status else {}),
+                 "before_id": page[-1].id}
+        prev_url = f"{base_url}/v2/transcript?{urlencode(query)}"
+    items = [AaiTranscriptItem(
+        id=s.id, resource_url=f"{base_url}/v2/transcript/{s.id}", status=s.status,
+        created=_stamp(s.created_at) or "", completed=_stamp(s.completed_at),
+        audio_url=_audio_url(s, base_url), error=s.error.message if s.error else None)
+        for s in page]
+    return AaiTranscriptList(transcripts=items, page_details=AaiPageDetails(
+        limit=limit, result_count=len(items), current_url=current_url, prev_url=prev_url))
+
+
+def unlabelled(result: TranscriptResult) -> TranscriptResult:
+    """The result without speakers: AssemblyAI's captions carry no speaker labels."""
+    def strip(words: list[Word]) -> list[Word]:
+        return [w.model_copy(update={"speaker": ""}) for w in words]
+    return result.model_copy(update={
+        "words": strip(result.words),
+        "utterances": [u.model_copy(update={"speaker": "", "words": strip(u.words)})
+                       for u in result.utterances]})
+
+
+# --- handlers -----------------------------------------------------------------------------------
+
+class _AaiErrors:
+    """AssemblyAI's error body and authentication, mixed in before the a5s base class."""
+
+    ctx: Context
+    request: Any
+    request_id: str | None
+    principal: Principal | None
+
+    def error_body(self, error: A5sError) -> str:
+        return AaiError(error=error.message).model_dump_json()
+
+    async def authenticate(self) -> Principal:
+        """The key as the SDK sends it: bare in ``Authorization`` (``Bearer`` also taken)."""
+        token = self.request.headers.get("Authorization", "").strip()
+        scheme, _, rest = token.partition(" ")
+        if scheme.lower() == "bearer":
+            token = rest.strip()
+        self.principal = await principal_for(self.ctx, token)
+        return self.principal
+
+
+class _AaiWrongMethod(_AaiErrors, WrongMethodHandler):
+    pass
+
+
+class _AaiBodyTooLarge(_AaiErrors, BodyTooLargeHandler):
+    pass
+
+
+class AaiNotFoundHandler(_AaiErrors, NotFoundHandler):
+    """The transcript sub-resources the SDK knows and a5s lacks (``sentences``,
+    ``paragraphs``, ``word-search``, ``redacted-audio``): 404 in AssemblyAI's shape. Other
+    unknown paths, ``/v2`` included, get the server's usual 404."""
+
+    def answer(self) -> A5sError:
+        return NotFound(f"No route for {self.request.path}: a5s has no sentences, paragraphs, "
+                        "word search or redacted audio.")
+
+
+class _AaiRoute(_AaiErrors):
+    wrong_method_handler = _AaiWrongMethod
+    body_too_large_handler = _AaiBodyTooLarge
+
+    @property
+    def base_url(self) -> str:
+        return self.ctx.settings.base_url  # type: ignore[no-any-return]
+
+
+class AaiUploadHandler(_AaiRoute, _StreamedUpload):
+    """``POST /v2/upload``: the raw body is the file, as ``POST /v1/files``."""
+
+    QUERY = {"POST": ()}
+
+    async def admit(self) -> None:
+        self.who = await self.authenticate()
+        self.file_id = ids.file_id()
+        self.limit = self.ctx.settings.max_upload_bytes
+
+    def too_large(self) -> FileTooLarge:
+        return FileTooLarge(f"An upload is limited to {self.limit} bytes.")
+
+    async def post(self) -> None:
+        if self._finished:
+            return
+        size = await self.store()
+        await UploadRecords(self.ctx).save(self.who.account.id, self.file_id, size,
+                                           datetime.now(UTC))
+        self.send(AaiUpload(upload_url=upload_url(self.base_url, self.file_id)))
+
+
+class _AaiJobs(_AaiRoute, BaseHandler):
+    def initialize(self, ctx: Context, jobs: JobService) -> None:  # type: ignore[override]
+        super().initialize(ctx)
+        self.jobs = jobs
+
+
+class AaiTranscriptsHandler(_AaiJobs):
+    """``POST /v2/transcript`` (create) and ``GET /v2/transcript`` (list)."""
+
+    QUERY = {"POST": (), "GET": ("limit", "status", "before_id", "after_id", "created_on",
+                                 "throttled_only")}
+
+    async def post(self) -> None:
+        who = await self.authenticate()
+        req = parse_body(AaiCreateTranscript, self.request.body)
+        hosts = {urlsplit(self.base_url).netloc, self.request.host}
+        raw = json.dumps(create_body(req, hosts)).encode()
+        transcript, _ = await self.jobs.create(who, raw, None, CreateTranscript,
+                                               webhook_format="assemblyai",
+                                               speakers_expected=req.speakers_expected)
+        self.send(aai_transcript(transcript, self.base_url))
+
+    async def get(self) -> None:
+        who = await self.authenticate()
+        for name in ("after_id", "created_on"):
+            if self.get_query_argument(name, None) is not None:
+                raise InvalidRequest(f"{name} is not supported: a5s pages from newest to "
+                                     "oldest with limit, status and before_id.", param=name)
+        if self.get_query_argument("throttled_only", "false").lower() != "false":
+            raise InvalidRequest("throttled_only is not supported: a5s does not throttle "
+                                 "transcripts.", param="throttled_only")
+        limit, status, before = parse_list_query(self.get_query_argument("limit", "10"),
+                                                 self.get_query_argument("status", None),
+                                                 self.get_query_argument("before_id", None))
+        rows = await self.jobs.transcripts.list(who.account.id, limit=limit + 1, status=status,
+                                                before=before)
+        page = [r.summary() for r in rows[:limit]]
+        self.send(aai_list(page, len(rows) > limit, limit, self.base_url,
+                           self.base_url + self.request.uri, status))
+
+
+class AaiTranscriptHandler(_AaiJobs):
+    """``GET`` and ``DELETE /v2/transcript/{id}``."""
+
+    QUERY = {"GET": (), "DELETE": ()}
+
+    async def get(self, transcript_id: str) -> None:
+        who = await self.authenticate()
+        found = await self.jobs.get_with_result(who.account.id, transcript_id)
+        assert found is not None  # missing_ok is False: a missing transcript raises
+        transcript, result = found
+        self.send(aai_transcript(transcript, self.base_url, result))
+
+    async def delete(self, transcript_id: str) -> None:
+        who = await self.authenticate()
+        self.send(_deleted(await self.jobs.delete(who, transcript_id)))
+
+
+class AaiSubtitlesHandler(_AaiJobs):
+    """``GET /v2/transcript/{id}/srt`` and ``/vtt``: captions without speaker labels."""
+
+    QUERY = {"GET": ("chars_per_caption",)}
+
+    async def get(self, transcript_id: str, fmt: str) -> None:
+        who = await self.authenticate()
+        _, options = parse_subtitle_query(fmt, self.get_query_argument("chars_per_caption", None))
+        result = unlabelled(await completed_result(self.jobs, who.account.id, transcript_id))
+        text = render_srt(result, options) if fmt == "srt" else render_vtt(result, options)
+        self.set_header("Content-Type", SUBTITLE_TYPES[fmt])
+        self.finish(text.encode())
+
+
+def aai_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
+    """The ``/v2`` routes; served beside ``/v1`` but not part of its OpenAPI document."""
+    jobs = {"ctx": ctx, "jobs": JobService(ctx)}
+    return [
+        (r"/v2/upload", AaiUploadHandler, {"ctx": ctx}),
+        (r"/v2/transcript", AaiTranscriptsHandler, jobs),
+        (r"/v2/transcript/([^/]+)", AaiTranscriptHandler, jobs),
+        (r"/v2/transcript/([^/]+)/(srt|vtt)", AaiSubtitlesHandler, jobs),
+        (r"/v2/transcript/[^/]+/.+", AaiNotFoundHandler, {"ctx": ctx}),
+    ]

@@ -1,0 +1,179 @@
+"""AssemblyAI's batch shapes (``/v2``), as the official ``assemblyai`` SDK 1.8 reads and writes them.
+
+These models are the compatibility contract of ``gateway/assemblyai_compat.py``: the create
+body the SDK sends, the transcript and list it parses, the upload answer, the error body
+(``{"error": "..."}``, which the SDK reads by key) and the webhook body. Times are
+milliseconds, speakers are letters. ``docs/compat.md`` says for each field whether a5s
+supports, maps or refuses it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+
+__all__ = ["AaiCreateTranscript", "AaiWord", "AaiUtterance", "AaiTranscript", "AaiTranscriptItem",
+           "AaiPageDetails", "AaiTranscriptList", "AaiUpload", "AaiError", "AaiWebhook",
+           "REFUSED", "SPEECH_MODEL_USED", "is_off"]
+
+SPEECH_MODEL_USED = "a5s-async-v1"
+
+_NO_EXTRAS = "a5s does not run AssemblyAI's audio intelligence models"
+REFUSED: dict[str, str] = {
+    # transcription options a5s has no counterpart for
+    "speaker_options": "a5s takes an exact speaker count (speakers_expected) or estimates "
+                       "the number itself; it takes no bounds",
+    "dual_channel": "a5s mixes channels down to one and diarizes the mix",
+    "multichannel": "a5s mixes channels down to one and diarizes the mix",
+    "audio_channels": "a5s mixes channels down to one and diarizes the mix",
+    "audio_start_from": "a5s transcribes the whole file; trim the audio before upload",
+    "audio_end_at": "a5s transcribes the whole file; trim the audio before upload",
+    "word_boost": "a5s has no custom vocabulary for batch jobs",
+    "boost_param": "a5s has no custom vocabulary for batch jobs",
+    "custom_spelling": "a5s has no custom spelling; map words after the transcript",
+    "keyterms_prompt": "a5s does not prompt its batch model",
+    "keyterms_prompt_options": "a5s does not prompt its batch model",
+    "prompt": "a5s does not prompt its batch model",
+    "temperature": "a5s decodes with fixed settings",
+    "disfluencies": "a5s transcripts are verbatim as the model hears them; fillers are not "
+                    "added back",
+    "filter_profanity": "a5s does not filter words",
+    "remove_audio_tags": "a5s transcripts carry no audio tags",
+    "speech_threshold": "a5s has no speech-fraction gate",
+    "speech_model": f"a5s serves one batch model ({SPEECH_MODEL_USED}); leave speech_model unset",
+    "speech_models": f"a5s serves one batch model ({SPEECH_MODEL_USED}); leave speech_models "
+                     "unset",
+    "domain": f"a5s serves one batch model ({SPEECH_MODEL_USED}) for every domain",
+    "language_detection": "a5s transcribes English only; there is nothing to detect",
+    "language_detection_options": "a5s transcribes English only; there is nothing to detect",
+    "language_confidence_threshold": "a5s transcribes English only; there is nothing to detect",
+    "language_confidence": "a5s transcribes English only; there is nothing to detect",
+    "language_detection_results": "a response field, not an option",
+    "language_codes": "a5s transcribes English only; give language_code en or leave it unset",
+    # audio intelligence
+    "redact_pii": _NO_EXTRAS + " (PII redaction)",
+    "redact_pii_audio": _NO_EXTRAS + " (PII redaction)",
+    "redact_pii_audio_quality": _NO_EXTRAS + " (PII redaction)",
+    "redact_pii_audio_options": _NO_EXTRAS + " (PII redaction)",
+    "redact_pii_policies": _NO_EXTRAS + " (PII redaction)",
+    "redact_pii_sub": _NO_EXTRAS + " (PII redaction)",
+    "redact_pii_return_unredacted": _NO_EXTRAS + " (PII redaction)",
+    "content_safety": _NO_EXTRAS + " (content safety)",
+    "content_safety_confidence": _NO_EXTRAS + " (content safety)",
+    "iab_categories": _NO_EXTRAS + " (topic detection)",
+    "sentiment_analysis": _NO_EXTRAS + " (sentiment analysis)",
+    "auto_chapters": _NO_EXTRAS + " (auto chapters)",
+    "entity_detection": _NO_EXTRAS + " (entity detection)",
+    "summarization": _NO_EXTRAS + " (summarization)",
+    "summary_model": _NO_EXTRAS + " (summarization)",
+    "summary_type": _NO_EXTRAS + " (summarization)",
+    "auto_highlights": _NO_EXTRAS + " (key phrases)",
+    "speech_understanding": _NO_EXTRAS + " (speech understanding, translation)",
+}
+"""AssemblyAI request fields a5s refuses when they ask for something (any value but an
+empty one: ``null``, ``false``, ``[]``, ``{}``), and why."""
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class AaiCreateTranscript(BaseModel):
+    """``POST /v2/transcript``: the fields a5s acts on. Every other field is kept in
+    ``model_extra`` for the gateway to refuse with the reason from :data:`REFUSED`."""
+
+    model_config = ConfigDict(extra="allow")
+
+    audio_url: StrictStr
+    language_code: StrictStr | None = None
+    punctuate: StrictBool | None = None
+    format_text: StrictBool | None = None
+    speaker_labels: StrictBool | None = None
+    speakers_expected: StrictInt | None = Field(None, ge=1, le=20)
+    webhook_url: StrictStr | None = None
+    webhook_auth_header_name: StrictStr | None = None
+    webhook_auth_header_value: StrictStr | None = None
+
+
+class AaiWord(_Model):
+    text: str
+    start: int
+    end: int
+    confidence: float
+    speaker: str | None = None
+
+
+class AaiUtterance(AaiWord):
+    words: list[AaiWord]
+
+
+class AaiTranscript(_Model):
+    """A transcript as ``GET /v2/transcript/{id}`` answers it."""
+
+    id: str
+    status: Literal["queued", "processing", "completed", "error"]
+    audio_url: str
+    language_code: str = "en"
+    punctuate: bool | None = None
+    format_text: bool | None = None
+    speaker_labels: bool | None = None
+    speakers_expected: int | None = None
+    webhook_url: str | None = None
+    webhook_auth: bool = False
+    webhook_auth_header_name: str | None = None
+    webhook_status_code: int | None = None
+    speech_model: None = None
+    speech_model_used: str = SPEECH_MODEL_USED
+    text: str | None = None
+    words: list[AaiWord] | None = None
+    utterances: list[AaiUtterance] | None = None
+    confidence: float | None = None
+    audio_duration: int | None = None
+    error: str | None = None
+
+
+class AaiTranscriptItem(_Model):
+    id: str
+    resource_url: str
+    status: Literal["queued", "processing", "completed", "error"]
+    created: str
+    completed: str | None = None
+    audio_url: str
+    error: str | None = None
+
+
+class AaiPageDetails(_Model):
+    limit: int
+    result_count: int
+    current_url: str
+    prev_url: str | None = None
+    next_url: str | None = None
+
+
+class AaiTranscriptList(_Model):
+    page_details: AaiPageDetails
+    transcripts: list[AaiTranscriptItem]
+
+
+class AaiUpload(_Model):
+    upload_url: str
+
+
+class AaiError(_Model):
+    """The error body: the SDK reads ``error`` and shows it after its own message."""
+
+    error: str
+
+
+class AaiWebhook(_Model):
+    """What AssemblyAI posts when a transcript is done; the client then GETs the transcript."""
+
+    transcript_id: str
+    status: Literal["completed", "error"]
+
+
+def is_off(value: Any) -> bool:
+    """Whether a refused option's value asks for nothing (so it may be sent and ignored)."""
+    return value is None or value is False or value == [] or value == {}
+

@@ -1,0 +1,156 @@
+"""The ``/v2`` shape mappings, driven without a stack, and checked against the SDK's own models."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import assemblyai as aai
+import pytest
+
+from gateway.assemblyai_compat import (OPTIONS_KEY, aai_list, aai_transcript, create_body,
+                                       speaker_letter, unlabelled, upload_file_id, upload_url)
+from pipeline.webhooks import event_body
+from schemas.api import CreateTranscript, JobError, Transcript, Utterance, Word
+from schemas.assemblyai import REFUSED, AaiCreateTranscript
+from schemas.errors import InvalidRequest
+from schemas.records import TranscriptResult
+
+BASE = "http://a5s.example:8080"
+HOSTS = {"a5s.example:8080"}
+T0 = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+
+
+def _req(**fields: object) -> AaiCreateTranscript:
+    return AaiCreateTranscript.model_validate({"audio_url": "https://cdn.example/a.wav", **fields})
+
+
+def _transcript(labels: bool | None = True, status: str = "completed") -> Transcript:
+    words = [Word(text="hello", start=0.5, end=0.9, speaker="speaker_1"),
+             Word(text="hi", start=1.2, end=1.4, speaker="speaker_2")]
+    return Transcript(
+        id="tr_1", status=status, created_at=T0, file_id="file_abc", audio_duration=56.27,
+        metadata={OPTIONS_KEY: {"speaker_labels": labels}} if labels is not None else {},
+        text="hello hi", words=words,
+        utterances=[Utterance(speaker="speaker_1", start=0.5, end=0.9, text="hello",
+                              words=words[:1]),
+                    Utterance(speaker="speaker_2", start=1.2, end=1.4, text="hi",
+                              words=words[1:])],
+        error=JobError(code="invalid_audio", message="Not audio.") if status == "error" else None)
+
+
+def test_speaker_letters() -> None:
+    assert [speaker_letter(f"speaker_{n}") for n in (1, 2, 26, 27, 28, 53)] == \
+        ["A", "B", "Z", "AA", "AB", "BA"]
+    assert speaker_letter("narrator") == "narrator"
+
+
+def test_the_sdks_request_becomes_a_v1_body() -> None:
+    config = aai.TranscriptionConfig(speaker_labels=True, webhook_url="https://h.example/x",
+                                     webhook_auth_header_name="X-T",
+                                     webhook_auth_header_value="v", language_code="en_uk",
+                                     punctuate=False)
+    sent = aai.types.TranscriptRequest(audio_url=upload_url(BASE, "file_abc"),
+                                       **config.raw.dict(exclude_none=True))
+    body = create_body(AaiCreateTranscript.model_validate(
+        sent.dict(exclude_none=True, by_alias=True)), HOSTS)
+    v1 = CreateTranscript.model_validate(body)
+    assert v1.file_id == "file_abc" and v1.audio_url is None and v1.language_code == "en"
+    assert v1.webhook_auth_header_value == "v"
+    assert v1.metadata[OPTIONS_KEY]["speaker_labels"] is True
+
+
+def test_urls_of_other_hosts_are_fetched() -> None:
+    assert upload_file_id(upload_url(BASE, "file_abc"), {"elsewhere:80"}) is None
+    body = create_body(_req(audio_url="http://other.example/v2/upload/file_abc"), HOSTS)
+    assert body["audio_url"] == "http://other.example/v2/upload/file_abc"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_every_refused_option_says_why(name: str) -> None:
+    with pytest.raises(InvalidRequest) as exc:
+        create_body(_req(**{name: True}), HOSTS)
+    assert exc.value.param == name and REFUSED[name] in exc.value.message
+    create_body(_req(**{name: False}), HOSTS)  # asking for nothing is accepted
+    create_body(_req(**{name: None}), HOSTS)
+
+
+def test_speakers_expected_needs_speaker_labels() -> None:
+    with pytest.raises(InvalidRequest, match="needs speaker_labels"):
+        create_body(_req(speakers_expected=2), HOSTS)
+    body = create_body(_req(speakers_expected=2, speaker_labels=True), HOSTS)
+    assert body["metadata"][OPTIONS_KEY]["speakers_expected"] == 2
+    with pytest.raises(ValueError):
+        _req(speakers_expected=0)
+
+
+def test_unknown_options_punctuation_and_languages_are_refused() -> None:
+    with pytest.raises(InvalidRequest, match="Unknown field 'shiny'"):
+        create_body(_req(shiny=1), HOSTS)
+    for name in ("punctuate", "format_text"):
+        with pytest.raises(InvalidRequest, match="verbatim lowercase"):
+            create_body(_req(**{name: True}), HOSTS)
+    with pytest.raises(InvalidRequest, match="English only"):
+        create_body(_req(language_code="fr"), HOSTS)
+
+
+def test_completed_transcript_parses_with_the_sdk() -> None:
+    out = json.loads(aai_transcript(_transcript(), BASE).model_dump_json())
+    parsed = aai.types.TranscriptResponse.parse_obj(out)
+    assert parsed.status == aai.TranscriptStatus.completed and parsed.audio_duration == 56
+    assert parsed.audio_url == f"{BASE}/v2/upload/file_abc"
+    assert [(w.start, w.end, w.speaker) for w in parsed.words] == [(500, 900, "A"),
+                                                                    (1200, 1400, "B")]
+    assert [u.speaker for u in parsed.utterances] == ["A", "B"]
+    assert parsed.utterances[1].words[0].start == 1200
+
+
+def test_confidences_come_from_the_stored_result() -> None:
+    t = _transcript()
+    result = TranscriptResult(text=t.text or "", words=t.words or [],
+                              utterances=t.utterances or [], word_confidence=[0.9, 0.5])
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(t, BASE, result).model_dump_json()))
+    assert [w.confidence for w in parsed.words] == [0.9, 0.5] and parsed.confidence == 0.7
+    assert [u.confidence for u in parsed.utterances] == [0.9, 0.5]
+    assert "word_confidence" not in result.public()
+    old = aai_transcript(t, BASE)  # a result stored before confidences were kept
+    assert old.confidence is None and {w.confidence for w in old.words or []} == {1.0}
+
+
+def test_without_speaker_labels_there_are_no_speakers() -> None:
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(_transcript(labels=None), BASE).model_dump_json()))
+    assert parsed.utterances is None and {w.speaker for w in parsed.words} == {None}
+
+
+def test_error_transcript_carries_the_message_only() -> None:
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(_transcript(status="error"), BASE).model_dump_json()))
+    assert parsed.status == aai.TranscriptStatus.error and parsed.error == "Not audio."
+    assert parsed.text is None and parsed.words is None
+
+
+def test_list_pages_to_older_transcripts() -> None:
+    page = [_transcript(), _transcript(status="error").model_copy(update={"id": "tr_0"})]
+    out = aai_list(page, True, 2, BASE, f"{BASE}/v2/transcript?limit=2", None)
+    parsed = aai.types.ListTranscriptResponse.parse_obj(json.loads(out.model_dump_json()))
+    assert [t.id for t in parsed.transcripts] == ["tr_1", "tr_0"]
+    assert parsed.page_details.before_id_of_prev_url == "tr_0"
+    assert parsed.transcripts[1].error == "Not audio."
+    last = aai_list(page, False, 2, BASE, f"{BASE}/v2/transcript", None)
+    assert last.page_details.prev_url is None
+
+
+def test_captions_lose_speaker_labels_but_keep_turns() -> None:
+    t = _transcript()
+    result = unlabelled(TranscriptResult(text=t.text or "", words=t.words or [],
+                                         utterances=t.utterances or []))
+    assert {w.speaker for w in result.words} == {""}
+    assert [u.text for u in result.utterances] == ["hello", "hi"]
+
+
+def test_webhook_body_is_assemblyais() -> None:
+    assert json.loads(event_body("completed", "tr_1", {"x": 1}, "assemblyai")) == \
+        {"transcript_id": "tr_1", "status": "completed"}
+    assert json.loads(event_body("error", "tr_1", {}, "assemblyai"))["status"] == "error"
