@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 from schemas.errors import A5sError, StreamError, StreamErrorCode
 from schemas.records import SessionClosed, SessionOpened
+from schemas.settings import RealtimeSettings
 from stores.context import Context
 from topologies.topics import ACCOUNT_EVENTS
 
@@ -41,8 +42,11 @@ class StreamAdmission:
     """Admits, keeps and settles the live sessions of one gateway process."""
 
     def __init__(self, ctx: Context) -> None:
-        self.ctx = ctx
-        self.opts = ctx.settings.realtime
+        self.ctx = ctx  # read on use: the route table is built before the stores open
+
+    @property
+    def opts(self) -> RealtimeSettings:
+        return self.ctx.settings.realtime
 
     async def admit(self, principal: Principal, session_id: str) -> Admitted:
         """Take a live-session place for ``session_id``.
