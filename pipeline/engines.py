@@ -26,7 +26,7 @@ from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines", "AsrLayout"]
+__all__ = ["Engines", "AsrLayout", "PcmSamples"]
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +189,7 @@ class Engines:
         from .diarization import assemble
         if not words:
             return assemble(words, [])
-        with _PcmSamples(pcm) as samples:  # the diarizer reads only the speech regions
+        with PcmSamples(pcm) as samples:  # the diarizer reads only the speech regions
             turns = self.diarizer.diarize(samples, speech)  # type: ignore[arg-type]
         return assemble(words, turns)
 
@@ -212,7 +212,7 @@ class Engines:
         return [TimedWord(**w) for w in json.loads(raw)]
 
 
-class _PcmSamples:
+class PcmSamples:
     """A raw PCM file seen as float32 samples: ``len()`` and slices, read through a memory map.
 
     Stands in for the whole-file array the diarizer takes, so a long file is never
@@ -225,7 +225,7 @@ class _PcmSamples:
         self._map = np.memmap(path, dtype=PCM_DTYPE, mode="r", shape=(n,)) if n else \
             np.zeros(0, dtype=PCM_DTYPE)
 
-    def __enter__(self) -> "_PcmSamples":
+    def __enter__(self) -> "PcmSamples":
         return self
 
     def __exit__(self, *exc: object) -> None:
