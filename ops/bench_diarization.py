@@ -35,7 +35,7 @@ from scipy.optimize import linear_sum_assignment
 from pipeline.diarization import DiarizationOptions, Diarizer, SpeakerEmbedder
 from pipeline.types import SAMPLE_RATE, Region, SpeakerTurn
 
-__all__ = ["main", "der_counts", "read_rttm", "load_audio"]
+__all__ = ["main", "build_long", "der_counts", "read_rttm", "load_audio", "voice_turns"]
 
 STEP = 0.01
 """Scoring frame, s."""
@@ -81,6 +81,23 @@ def _grid(spans: list[tuple[object, float, float]], frames: int) -> np.ndarray:
     for spk, start, end in spans:
         grid[int(round(start / STEP)):int(round(end / STEP)), names.index(spk)] = True
     return grid
+
+
+def unmatched_voices(ref: list[tuple[str, float, float]], hyp: list[SpeakerTurn],
+                     duration: float) -> list[str]:
+    """Reference speakers that no hypothesis speaker is mapped to (merged into another
+    speaker or never heard), as in ``der_counts``' one-to-one mapping."""
+    frames = int(np.ceil(max([duration] + [e for _, _, e in ref]
+                             + [t.end for t in hyp]) / STEP)) + 1
+    names = sorted({s for s, _, _ in ref}, key=str)
+    r = _grid(ref, frames)
+    h = _grid([(t.speaker, t.start, t.end) for t in hyp], frames)
+    if not h.shape[1]:
+        return names
+    agree = r.T.astype(np.int64) @ h.astype(np.int64)
+    rows, cols = linear_sum_assignment(-agree)
+    mapped = {names[i] for i, j in zip(rows, cols) if agree[i, j] > 0}
+    return [n for n in names if n not in mapped]
 
 
 def der_counts(ref: list[tuple[str, float, float]], hyp: list[SpeakerTurn],
@@ -159,10 +176,11 @@ class _PeakRss:
         self.peak = max(self.peak, self.now())
 
 
-def _build_long(eval_dir: Path, seconds: float, pcm: Path,
-                gap: float = 1.0) -> list[tuple[str, float, float]]:
-    """Cycle the scored items (with ``gap`` s of silence between) into ``pcm`` up to
-    ``seconds``; returns the reference turns, cut at the end."""
+def build_long(eval_dir: Path, seconds: float, pcm: Path, stems: list[str] | None = None,
+               gap: float = 1.0) -> list[tuple[str, float, float]]:
+    """Cycle ``stems`` (default: the scored items), ``gap`` s of silence between them, into
+    the 16 kHz int16 file ``pcm`` up to ``seconds``; returns the reference turns labelled by
+    voice, cut at the end."""
     from pipeline.audio import PCM_DTYPE
     ref: list[tuple[str, float, float]] = []
     cache: dict[str, tuple[np.ndarray, list]] = {}
@@ -170,7 +188,7 @@ def _build_long(eval_dir: Path, seconds: float, pcm: Path,
     silence = np.zeros(int(gap * SAMPLE_RATE), PCM_DTYPE)
     with open(pcm, "wb") as out:
         while at < seconds:
-            for stem in SCORED:
+            for stem in stems or SCORED:
                 if stem not in cache:
                     audio = load_audio(eval_dir / f"{stem}.wav")
                     cache[stem] = ((np.clip(audio, -1, 1) * 32767).astype(PCM_DTYPE),
@@ -200,7 +218,7 @@ def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float) -> None:
     from pipeline.vad import SileroVad, VadOptions, speech_regions
     with tempfile.TemporaryDirectory() as tmp:
         pcm = Path(tmp) / "long.pcm"
-        ref = _build_long(eval_dir, seconds, pcm)
+        ref = build_long(eval_dir, seconds, pcm)
         t0 = time.perf_counter()
         speech = speech_regions(pcm, VadOptions(), SileroVad())
         t1 = time.perf_counter()
@@ -222,6 +240,12 @@ def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float) -> None:
           f" peak RSS while diarizing {rss.peak / 2**20:.0f} MiB"
           f" ({(rss.peak - before) / 2**20:+.0f} MiB over the loaded models); {_load()}",
           flush=True)
+    speech = {}
+    for spk, s, e in ref:
+        speech[spk] = speech.get(spk, 0.0) + e - s
+    lost = unmatched_voices(ref, turns, duration)
+    print("  voices without a speaker of their own: "
+          + (", ".join(f"{v} ({speech[v]:.0f} s)" for v in lost) or "none"), flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -138,7 +138,7 @@ class Engines:
                     layout.workers * layout.threads if layout.device == "cpu" else 0)
                 torch.set_num_threads(max(1, spare))
                 self._diarizer = Diarizer(SpeakerEmbedder())
-                log.info("models: speaker embeddings loaded")
+                log.info("models: speaker segmentation and embeddings loaded")
             return self._diarizer
 
     @property

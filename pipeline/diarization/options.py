@@ -52,4 +52,5 @@ class DiarizationOptions(BaseModel):
         "assigned to the nearest centroid, so memory stays linear in audio length."))
     min_gap: float = Field(0.1, ge=0, description=(
         "Pauses of one speaker shorter than this, s, are bridged."))
-    batch_size: int = Field(16, ge=1, description="Windows per segmentation forward pass.")
+    batch_size: int = Field(8, ge=1, description=(
+        "Windows per segmentation forward pass, and feature blocks per embedding pass."))

@@ -209,4 +209,5 @@ def _onnx_session(model: nn.Module):
     opts = ort.SessionOptions()
     opts.intra_op_num_threads = torch.get_num_threads()
     opts.inter_op_num_threads = 1
+    opts.enable_cpu_mem_arena = False  # give a batch's buffers back: long files stay small
     return ort.InferenceSession(buf.getvalue(), opts, providers=["CPUExecutionProvider"])
