@@ -17,6 +17,7 @@ The way pyannote's own pipeline works, with bounded cost for long files:
 
 from __future__ import annotations
 
+import ctypes
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -30,8 +31,10 @@ from .segmentation import Segmenter
 
 __all__ = ["Diarizer"]
 
-_LENGTH_QUANTUM = 25
-"""Embedded feature blocks are cut to a multiple of this many frames so they batch."""
+_LENGTHS = (50, 100, 200, 300)
+"""Embedded feature blocks are cut to one of these lengths (frames) and always embedded in
+full batches: a handful of tensor shapes keeps the native libraries' caches and the heap
+from growing with the length of the file."""
 
 
 def _merge(speech: list[Region], duration: float, pad: float = 0.0,
@@ -100,10 +103,13 @@ class Diarizer:
             # short prompts (most of a call-centre backlog) skip the models.
             return [SpeakerTurn(0, p.start, p.end) for p in pieces]
         stretches = _merge(pieces, duration, pad=opts.pad, gap=opts.join_gap)
-        chunks = self._segment(audio, stretches)
-        emb, owners, weights = self._embed(audio, chunks)
-        self._assign(chunks, emb, owners, weights, sum(p.duration for p in pieces))
-        return self._turns(chunks, stretches)
+        try:
+            chunks = self._segment(audio, stretches)
+            emb, owners, weights = self._embed(audio, chunks)
+            self._assign(chunks, emb, owners, weights, sum(p.duration for p in pieces))
+            return self._turns(chunks, stretches)
+        finally:
+            _trim_heap()
 
     # --- 1. segmentation ----------------------------------------------------------------------
 
@@ -151,9 +157,8 @@ class Diarizer:
         the clean seconds behind each."""
         opts, seg = self._opts, self._seg
         width = seg.window_samples
-        most = max(_LENGTH_QUANTUM, int(opts.embed_max / FRAME_SHIFT) // _LENGTH_QUANTUM
-                   * _LENGTH_QUANTUM)
-        least = max(_LENGTH_QUANTUM, int(np.ceil(opts.embed_min / FRAME_SHIFT)))
+        most = int(round(opts.embed_max / FRAME_SHIFT))
+        least = max(_LENGTHS[0], int(np.ceil(opts.embed_min / FRAME_SHIFT)))
         owners: list[tuple[int, int]] = []
         weights: list[float] = []
         vectors: dict[int, np.ndarray] = {}
@@ -163,7 +168,9 @@ class Diarizer:
         def flush(length: int) -> None:
             items = buckets.pop(length, [])
             if items:
-                out = self._embedder.embed_fbank([block for _, block in items])
+                blocks = [block for _, block in items]
+                blocks += blocks[:1] * (opts.batch_size - len(blocks))  # full batches only
+                out = self._embedder.embed_fbank(blocks)
                 for (index, _), vector in zip(items, out):
                     vectors[index] = vector
 
@@ -186,7 +193,8 @@ class Diarizer:
                 frames = np.flatnonzero(clean[:, j])
                 if len(frames) < least:
                     continue
-                keep = min(most, len(frames) // _LENGTH_QUANTUM * _LENGTH_QUANTUM)
+                keep = max([n for n in _LENGTHS if n <= min(most, len(frames))],
+                           default=_LENGTHS[0])
                 if keep < len(frames):
                     frames = np.sort(frames[np.argsort(np.abs(frames - mid), kind="stable")[:keep]])
                 index = len(owners)
@@ -304,6 +312,15 @@ class Diarizer:
             active[lo:lo + 65536] = (rank < n[:, None]) & (v > 0)
         return _to_turns(active, seg.frame_step, seg.frame_duration / 2 - seg.frame_step / 2,
                          opts.min_gap)
+
+
+def _trim_heap() -> None:
+    """Hand freed heap back to the system: glibc keeps what the models' many short-lived
+    buffers freed, and a worker's memory would only ever grow."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
 
 
 def _to_turns(active: np.ndarray, step: float, shift: float, min_gap: float) -> list[SpeakerTurn]:
