@@ -272,6 +272,30 @@ def test_clustering_single_voice_and_small_clusters() -> None:
     assert len(set(labels.tolist())) == 1
 
 
+def test_clustering_never_merges_speakers_heard_in_one_window() -> None:
+    """Two voices too alike for the thresholds stay two when windows heard both at once;
+    without that evidence they merge."""
+    rng = np.random.default_rng(2)
+    base = rng.normal(size=32)
+    a = base + rng.normal(size=32) * 0.5
+    b = base + rng.normal(size=32) * 0.5
+    x = np.concatenate([a + rng.normal(size=(40, 32)) * 0.3, b + rng.normal(size=(40, 32)) * 0.3])
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    assert (x[:40] @ x[40:].T).mean() > DiarizationOptions().merge_similarity
+    seconds = np.full(80, 1.0)
+    assert len(set(cluster_embeddings(x, seconds, DiarizationOptions()).tolist())) == 1
+    windows = np.concatenate([np.arange(40), np.arange(40)])  # window i heard a_i and b_i
+    labels = cluster_embeddings(x, seconds, DiarizationOptions(), windows)
+    assert len(set(labels[:40].tolist())) == 1 and len(set(labels[40:].tolist())) == 1
+    assert labels[0] != labels[40]
+
+
+def test_powerset_classes_match_the_trained_order() -> None:
+    from pipeline.diarization.segmentation import powerset_classes
+    assert powerset_classes(3, 2).tolist() == [
+        [0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1]]
+
+
 # --- assemble() -----------------------------------------------------------------------------
 
 def _words(*spans: tuple[str, float, float]) -> list[TimedWord]:
