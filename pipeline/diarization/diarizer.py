@@ -36,6 +36,9 @@ _LENGTHS = (50, 100, 200, 300)
 full batches: a handful of tensor shapes keeps the native libraries' caches and the heap
 from growing with the length of the file."""
 
+_TRIM_EVERY = 16
+"""Model batches between two heap trims (see ``_trim_heap``)."""
+
 
 def _merge(speech: list[Region], duration: float, pad: float = 0.0,
            gap: float = 0.0) -> list[Region]:
@@ -140,6 +143,8 @@ class Diarizer:
                 x[:max(0, last - first)] = audio[first:last]
                 batch.append(x)
             parts.append(seg(batch).astype(np.uint8))
+            if len(parts) % _TRIM_EVERY == 0:
+                _trim_heap()
         chunks.activity = np.concatenate(parts)
         # Frames past a stretch's end were zeros, not silence heard: nobody speaks there.
         for c, start in enumerate(chunks.starts):
@@ -164,6 +169,7 @@ class Diarizer:
         vectors: dict[int, np.ndarray] = {}
         buckets: dict[int, list[tuple[int, np.ndarray]]] = {}
         to_seg: np.ndarray | None = None
+        flushes = [0]
 
         def flush(length: int) -> None:
             items = buckets.pop(length, [])
@@ -171,6 +177,9 @@ class Diarizer:
                 blocks = [block for _, block in items]
                 blocks += blocks[:1] * (opts.batch_size - len(blocks))  # full batches only
                 out = self._embedder.embed_fbank(blocks)
+                flushes[0] += 1
+                if flushes[0] % _TRIM_EVERY == 0:
+                    _trim_heap()
                 for (index, _), vector in zip(items, out):
                     vectors[index] = vector
 
