@@ -248,6 +248,43 @@ def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float) -> None:
           + (", ".join(f"{v} ({speech[v]:.0f} s)" for v in lost) or "none"), flush=True)
 
 
+def run_cluster_scale(diarizer: Diarizer, hours: float, voices: int = 12) -> None:
+    """Clustering and turn building alone on synthetic model output for ``hours`` of speech
+    (every window busy, two local speakers, embeddings of ``voices`` random voices): the
+    part of the cost that is not linear in the models' work."""
+    from pipeline.diarization.diarizer import _Chunks
+    rng = np.random.default_rng(0)
+    opts = diarizer.options
+    seg = diarizer._seg  # noqa: SLF001 - the bench measures the stage's own internals
+    n = int(hours * 3600 / opts.step)
+    frames = seg.frames_per_window
+    chunks = _Chunks(starts=[i * opts.step for i in range(n)],
+                     offsets=[int(round(i * opts.step / seg.frame_step)) for i in range(n)],
+                     stretch=[0] * n, embedded=[i % opts.embed_every == 0 for i in range(n)])
+    chunks.activity = np.zeros((n, frames, 3), np.uint8)
+    chunks.activity[:, : frames // 2, 0] = 1
+    chunks.activity[:, frames // 2:, 1] = 1
+    chunks.labels = np.full((n, 3), -1, np.int64)
+    means = rng.normal(size=(voices, SpeakerEmbedder.dim))
+    owners = [(c, j) for c in range(0, n, opts.embed_every) for j in (0, 1)]
+    who = rng.integers(0, voices, len(owners))
+    emb = means[who] + rng.normal(size=(len(owners), SpeakerEmbedder.dim)) * 0.5
+    emb /= np.linalg.norm(emb, axis=1, keepdims=True)
+    weights = np.full(len(owners), 3.0)
+    stretch = Region(0.0, chunks.starts[-1] + seg.window)
+    with _PeakRss() as rss:
+        before = _PeakRss.now()
+        t0 = time.perf_counter()
+        diarizer._assign(chunks, emb, owners, weights, stretch.duration)  # noqa: SLF001
+        t1 = time.perf_counter()
+        turns = diarizer._turns(chunks, [stretch])  # noqa: SLF001
+        t2 = time.perf_counter()
+    print(f"clustering at {hours:g} h ({n} windows, {len(owners)} embeddings, {voices} voices):"
+          f" clustering {t1 - t0:.1f} s, turns {t2 - t1:.1f} s, peak RSS {rss.peak / 2**20:.0f} MiB"
+          f" ({(rss.peak - before) / 2**20:+.0f} MiB), {len({t.speaker for t in turns})} speakers;"
+          f" {_load()}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--eval", type=Path, default=Path(__file__).resolve().parents[2]
@@ -256,6 +293,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="override a DiarizationOptions field")
     parser.add_argument("--long", type=float, nargs="+", default=[], metavar="SECONDS",
                         help="also score cycled recordings of these lengths")
+    parser.add_argument("--cluster-scale", type=float, nargs="+", default=[], metavar="HOURS",
+                        help="time clustering and turn building alone at these lengths")
     parser.add_argument("--only-long", action="store_true",
                         help="skip the per-item table (with --long)")
     parser.add_argument("--threads", type=int, default=2,
@@ -279,6 +318,8 @@ def main(argv: list[str] | None = None) -> None:
         _items(args.eval, diarizer, vad)
     for seconds in args.long:
         run_long(diarizer, args.eval, seconds)
+    for hours in args.cluster_scale:
+        run_cluster_scale(diarizer, hours)
 
 
 def _items(eval_dir: Path, diarizer: Diarizer, vad: _Vad) -> None:

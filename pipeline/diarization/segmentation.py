@@ -175,6 +175,11 @@ class Segmenter:
         self._classes = powerset_classes(self.speakers, int(cfg["powerset_max_classes"]))
 
     @property
+    def frames_per_window(self) -> int:
+        """Output frames of one window (589 for 10 s)."""
+        return int(self.__call__([np.zeros(self.window_samples, np.float32)]).shape[1])
+
+    @property
     def window_samples(self) -> int:
         return int(round(self.window * SAMPLE_RATE))
 
