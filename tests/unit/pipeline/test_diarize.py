@@ -343,6 +343,14 @@ def test_assemble_turn_taking() -> None:
         "speaker_1": 4.8, "speaker_2": 2.0, "speaker_3": 1.0}
 
 
+def test_assemble_word_goes_to_the_speaker_most_active_over_it() -> None:
+    """A word over two short turns of one speaker (0.1 s + 0.1 s) and one longer turn of
+    another (0.15 s) belongs to the first: their activity adds up."""
+    turns = [SpeakerTurn(0, 0.0, 1.1), SpeakerTurn(1, 1.05, 1.2), SpeakerTurn(0, 1.2, 1.3)]
+    result = assemble(_words(("a", 0.2, 0.9), ("word", 1.0, 1.3)), turns)
+    assert [w.speaker for w in result.words] == ["speaker_1", "speaker_1"]
+
+
 def test_assemble_long_pause_splits() -> None:
     turns = [SpeakerTurn(0, 0.0, 10.0)]
     words = _words(("a", 0.0, 0.5), ("b", 1.0, 1.5), ("c", 3.5, 4.0))
