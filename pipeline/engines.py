@@ -26,7 +26,7 @@ from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines", "AsrLayout", "load_zipformer"]
+__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer"]
 
 log = logging.getLogger(__name__)
 
@@ -158,7 +158,7 @@ class Engines:
                     layout.workers * layout.threads if layout.device == "cpu" else 0)
                 torch.set_num_threads(max(1, spare))
                 self._diarizer = Diarizer(SpeakerEmbedder())
-                log.info("models: speaker embeddings loaded")
+                log.info("models: speaker segmentation and embeddings loaded")
             return self._diarizer
 
     @property
@@ -209,7 +209,7 @@ class Engines:
         from .diarization import assemble
         if not words:
             return assemble(words, [])
-        with _PcmSamples(pcm) as samples:  # the diarizer reads only the speech regions
+        with PcmSamples(pcm) as samples:  # the diarizer reads only the speech regions
             turns = self.diarizer.diarize(samples, speech, speakers)  # type: ignore[arg-type]
         return assemble(words, turns)
 
@@ -232,7 +232,7 @@ class Engines:
         return [TimedWord(**w) for w in json.loads(raw)]
 
 
-class _PcmSamples:
+class PcmSamples:
     """A raw PCM file seen as float32 samples: ``len()`` and slices, read through a memory map.
 
     Stands in for the whole-file array the diarizer takes, so a long file is never
@@ -245,7 +245,7 @@ class _PcmSamples:
         self._map = np.memmap(path, dtype=PCM_DTYPE, mode="r", shape=(n,)) if n else \
             np.zeros(0, dtype=PCM_DTYPE)
 
-    def __enter__(self) -> "_PcmSamples":
+    def __enter__(self) -> "PcmSamples":
         return self
 
     def __exit__(self, *exc: object) -> None:

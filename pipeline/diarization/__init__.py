@@ -1,8 +1,9 @@
-"""Diarization stage: speaker embeddings, clustering, and the speaker-attributed transcript.
+"""Diarization stage: overlap-aware segmentation, speaker embeddings, clustering, and the
+speaker-attributed transcript.
 
 Build once per worker and pass in::
 
-    diarizer = Diarizer(SpeakerEmbedder(), DiarizationOptions())
+    diarizer = Diarizer(SpeakerEmbedder(), DiarizationOptions(), Segmenter())
     turns = diarizer.diarize(audio, speech_regions)
     result = assemble(words, turns)
 """
@@ -12,6 +13,7 @@ from .clustering import cluster_embeddings
 from .diarizer import Diarizer
 from .embedding import SpeakerEmbedder
 from .options import DiarizationOptions
+from .segmentation import Segmenter
 
-__all__ = ["AssembleOptions", "DiarizationOptions", "Diarizer", "SpeakerEmbedder", "assemble",
-           "cluster_embeddings", "speaker_id"]
+__all__ = ["AssembleOptions", "DiarizationOptions", "Diarizer", "Segmenter", "SpeakerEmbedder",
+           "assemble", "cluster_embeddings", "speaker_id"]

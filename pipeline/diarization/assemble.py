@@ -54,7 +54,8 @@ class _Turns:
             self.arg_max_end[i] = i if ends[i] >= self.max_end[i - 1] else self.arg_max_end[i - 1]
 
     def speaker_of(self, start: float, end: float) -> int:
-        """Speaker of the turn overlapping [start, end] most, else of the nearest turn."""
+        """Speaker most active over [start, end] (their turns' overlaps summed), else the
+        speaker of the nearest turn."""
         idx = bisect_right(self.starts, end)
         candidates = []
         j = idx - 1
@@ -69,9 +70,18 @@ class _Turns:
         # turn. Ties (a word inside two overlapping turns) go to the turn centred nearer.
         mid = (start + end) / 2
 
+        # A speaker's overlaps add up: the word goes to whoever is most active over it.
+        active: dict[int, float] = {}
+        for k in candidates:
+            t = self.turns[k]
+            overlap = min(end, t.end) - max(start, t.start)
+            if overlap > 0:
+                active[t.speaker] = active.get(t.speaker, 0.0) + overlap
+
         def score(k: int) -> tuple[float, float]:
             t = self.turns[k]
-            return min(end, t.end) - max(start, t.start), -abs((t.start + t.end) / 2 - mid)
+            own = active.get(t.speaker, min(end, t.end) - max(start, t.start))
+            return own, -abs((t.start + t.end) / 2 - mid)
 
         return self.turns[max(candidates, key=score)].speaker
 
@@ -95,8 +105,8 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
              opts: AssembleOptions | None = None) -> TranscriptResult:
     """Attribute each word to a speaker and group words into utterances.
 
-    Each word takes the speaker of the turn it overlaps most (the nearest turn if none;
-    between equal overlaps, the turn whose centre is nearer).
+    Each word takes the speaker most active over its span, i.e. whose turns overlap it
+    most in total (the nearest turn's if none; between equals, the turn centred nearer).
     An utterance is a run of one speaker's words; it ends at a pause longer than
     ``max_pause`` or when another speaker talks while this one has no turn. Where turns
     overlap, the utterances of both speakers therefore overlap too. Times are rounded to

@@ -13,10 +13,11 @@ from scipy.cluster.hierarchy import fcluster, linkage
 
 from .options import DiarizationOptions
 
-__all__ = ["cluster_embeddings"]
+__all__ = ["cluster_embeddings", "l2_centroids"]
 
 
-def _centroids(emb: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+def l2_centroids(emb: np.ndarray, labels: np.ndarray, k: int) -> np.ndarray:
+    """(k, d) unit-length mean direction of each label's rows."""
     cents = np.zeros((k, emb.shape[1]), dtype=np.float64)
     np.add.at(cents, labels, emb)
     norm = np.linalg.norm(cents, axis=1, keepdims=True)
@@ -28,27 +29,79 @@ def _compact(labels: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.astype(np.int64), len(uniq)
 
 
-def _agglomerate(emb: np.ndarray, opts: DiarizationOptions,
+def _agglomerate(emb: np.ndarray, opts: DiarizationOptions, groups: np.ndarray | None = None,
                  speakers: int | None = None) -> np.ndarray:
     if len(emb) < 2:
         return np.zeros(len(emb), dtype=np.int64)
-    tree = linkage(emb.astype(np.float64), method="average", metric="cosine")
-    if speakers is not None:
-        return fcluster(tree, t=speakers, criterion="maxclust") - 1
-    return fcluster(tree, t=1.0 - opts.merge_similarity, criterion="distance") - 1
+    if groups is None or len(np.unique(groups)) == len(groups):
+        tree = linkage(emb.astype(np.float64), method="average", metric="cosine")
+        if speakers is not None:
+            return fcluster(tree, t=speakers, criterion="maxclust") - 1
+        return fcluster(tree, t=1.0 - opts.merge_similarity, criterion="distance") - 1
+    return _constrained_average(emb, groups, opts.merge_similarity, speakers)
 
 
-def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray,
-                       opts: DiarizationOptions, speakers: int | None = None) -> np.ndarray:
+def _constrained_average(emb: np.ndarray, groups: np.ndarray, stop: float,
+                         clusters: int | None = None) -> np.ndarray:
+    """Average-linkage clustering on cosine similarity where rows of one group never merge.
+
+    With ``clusters`` (a count the client gave) merging goes on to that count, whatever the
+    similarity; the constraint gives way only when it alone keeps more clusters apart.
+
+    O(n^2) memory and O(n^3) worst-case time in numpy: callers bound n.
+    """
+    n = len(emb)
+    x = emb.astype(np.float64)
+    sim = x @ x.T
+    apart = groups[:, None] == groups[None, :]
+    size = np.ones(n)
+    alive = np.ones(n, dtype=bool)
+    labels = np.arange(n)
+    eff = np.where(apart, -np.inf, sim)
+    np.fill_diagonal(eff, -np.inf)
+    while True:
+        flat = int(np.argmax(eff))
+        i, j = divmod(flat, n)
+        if clusters is not None:
+            if alive.sum() <= clusters:
+                break
+            if not np.isfinite(eff[i, j]):  # only the constraint is left: lift it
+                apart[:] = False
+                eff = np.where(alive[:, None] & alive[None, :], sim, -np.inf)
+                np.fill_diagonal(eff, -np.inf)
+                continue
+        elif not np.isfinite(eff[i, j]) or eff[i, j] < stop:
+            break
+        # Lance-Williams update for average linkage; j folds into i.
+        sim[i] = (size[i] * sim[i] + size[j] * sim[j]) / (size[i] + size[j])
+        sim[:, i] = sim[i]
+        size[i] += size[j]
+        apart[i] |= apart[j]
+        apart[:, i] = apart[i]
+        alive[j] = False
+        labels[labels == j] = i
+        eff[i] = np.where(apart[i] | ~alive, -np.inf, sim[i])
+        eff[:, i] = eff[i]
+        eff[i, i] = -np.inf
+        eff[j] = -np.inf
+        eff[:, j] = -np.inf
+    return labels
+
+
+def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOptions,
+                       groups: np.ndarray | None = None,
+                       speakers: int | None = None) -> np.ndarray:
     """Label each window with a speaker index (0..k-1, arbitrary order).
 
     Args:
       emb: (n, d) unit-length window embeddings.
       seconds: (n,) speech seconds each window stands for (weights small-cluster pruning).
       opts: thresholds and the clustering sample bound.
-      speakers: the number of speakers the client expects: the tree is cut into that many
-        clusters (fewer only when there are fewer distinct windows) and no threshold merges
-        them; None estimates the number.
+      groups: (n,) optional group of each row (its segmentation window): rows of one
+        group are different speakers and never merge in the agglomerative step.
+      speakers: the number of speakers the client expects: clustering stops at that many
+        (fewer only when there are fewer distinct rows) and no threshold or pruning changes
+        it; None estimates the number.
 
     Returns:
       (n,) int labels.
@@ -60,8 +113,9 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray,
         sample = np.unique(np.linspace(0, n - 1, opts.max_cluster_windows).round().astype(int))
     else:
         sample = np.arange(n)
-    sample_labels, k = _compact(_agglomerate(emb[sample], opts, speakers))
-    cents = _centroids(emb[sample], sample_labels, k)
+    sample_labels, k = _compact(_agglomerate(
+        emb[sample], opts, None if groups is None else groups[sample], speakers))
+    cents = l2_centroids(emb[sample], sample_labels, k)
     labels = np.argmax(emb @ cents.T, axis=1)
     labels, k = _compact(labels)
     if speakers is not None:
@@ -73,17 +127,23 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray,
         small = total < opts.min_speaker
         if not small.any() or small.all():
             break
-        cents = _centroids(emb, labels, k)
+        cents = l2_centroids(emb, labels, k)
         big = np.flatnonzero(~small)
         moved = np.isin(labels, np.flatnonzero(small))
         labels[moved] = big[np.argmax(emb[moved] @ cents[big].T, axis=1)]
         labels, k = _compact(labels)
 
-    # Single-speaker guard: clusters whose centroids are close are one voice.
+    # Single-speaker guard: clusters whose centroids are close are one voice, unless the
+    # segmentation heard both in one window.
     while k > 1:
-        cents = _centroids(emb, labels, k)
+        cents = l2_centroids(emb, labels, k)
         sim = cents @ cents.T
         np.fill_diagonal(sim, -np.inf)
+        if groups is not None:
+            by_group = np.unique(groups, return_inverse=True)[1]
+            seen = np.zeros((k, by_group.max() + 1), dtype=np.int64)
+            np.add.at(seen, (labels, by_group), 1)
+            sim[(seen > 0).astype(np.int64) @ (seen > 0).T.astype(np.int64) > 0] = -np.inf
         i, j = np.unravel_index(np.argmax(sim), sim.shape)
         if sim[i, j] < opts.split_similarity:
             break

@@ -1,62 +1,85 @@
-"""Who spoke when: sliding-window CAM++ embeddings over VAD speech, clustered."""
+"""Who spoke when: overlap-aware local segmentation, per-speaker embeddings, global clustering.
+
+The way pyannote's own pipeline works, with bounded cost for long files:
+
+1. The segmentation model judges 10 s windows every ``step`` seconds over the stretches
+   around the VAD's speech: up to three *local* speakers per window, two at once.
+2. In every ``embed_every``-th window, each local speaker's clean (non-overlapped) speech
+   is embedded with CAM++.
+3. Those embeddings are clustered into global speakers (agglomerative on a bounded
+   sample, then nearest centroid); within a window, local speakers go to distinct
+   speakers (Hungarian assignment: a cannot-link between them).
+4. Local speakers of the other windows, and those too brief to embed, take the global
+   speaker they coincide with frame by frame in the nearest embedded windows.
+5. Per frame, the windows' votes give how many speakers talk (the rounded mean of their
+   local counts) and which (the most active global speakers): turns may overlap.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import ctypes
+from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from ..types import SAMPLE_RATE, Region, SpeakerTurn
-from .clustering import cluster_embeddings
+from .clustering import cluster_embeddings, l2_centroids
 from .embedding import FRAME_SHIFT, SpeakerEmbedder
 from .options import DiarizationOptions
+from .segmentation import Segmenter
 
 __all__ = ["Diarizer"]
 
-_PIECE = 60.0
-"""Speech is featurised in pieces of at most this many seconds, bounding feature memory."""
+_LENGTHS = (50, 100, 200, 300)
+"""Embedded feature blocks are cut to one of these lengths (frames) and always embedded in
+full batches: a handful of tensor shapes keeps the native libraries' caches and the heap
+from growing with the length of the file."""
+
+_TRIM_EVERY = 16
+"""Model batches between two heap trims (see ``_trim_heap``)."""
 
 
-@dataclass(frozen=True, slots=True)
-class _Window:
-    start: float
-    end: float
-    piece: int
-
-
-def _pieces(speech: list[Region], duration: float) -> list[Region]:
-    """Speech clipped to the audio, overlaps merged, long regions cut into pieces."""
+def _merge(speech: list[Region], duration: float, pad: float = 0.0,
+           gap: float = 0.0) -> list[Region]:
+    """Regions padded, clipped to the audio, and joined where closer than ``gap``."""
     spans: list[list[float]] = []
     for region in sorted(speech, key=lambda r: r.start):
-        start, end = max(0.0, region.start), min(duration, region.end)
+        start, end = max(0.0, region.start - pad), min(duration, region.end + pad)
         if end - start <= 1e-6:
             continue
-        if spans and start <= spans[-1][1]:
+        if spans and start <= spans[-1][1] + gap:
             spans[-1][1] = max(spans[-1][1], end)
         else:
             spans.append([start, end])
-    out: list[Region] = []
-    for start, end in spans:
-        while end - start > 1e-6:
-            stop = min(end, start + _PIECE)
-            if end - stop < _PIECE / 4:
-                stop = end
-            out.append(Region(start, stop))
-            start = stop
-    return out
+    return [Region(s, e) for s, e in spans]
+
+
+@dataclass
+class _Chunks:
+    """The segmentation windows of one file and what is learnt about their local speakers."""
+
+    starts: list[float] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)  # first global frame
+    stretch: list[int] = field(default_factory=list)  # index of the stretch it covers
+    embedded: list[bool] = field(default_factory=list)
+    activity: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 3), np.uint8))
+    labels: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
 
 
 class Diarizer:
-    """Diarizes one file at a time; the embedder is a shared, preloaded resource.
+    """Diarizes one file at a time; the models are shared, preloaded resources.
 
     The number of speakers is found automatically, unless the job gives one
-    (``speakers_expected`` of AssemblyAI's API). Turns never overlap: each instant of
-    speech gets the one speaker whose window is nearest in time.
+    (``speakers_expected`` of AssemblyAI's API). Turns of different speakers overlap
+    where the segmentation hears two voices at once.
     """
 
-    def __init__(self, embedder: SpeakerEmbedder, opts: DiarizationOptions | None = None) -> None:
+    def __init__(self, embedder: SpeakerEmbedder, opts: DiarizationOptions | None = None,
+                 segmenter: Segmenter | None = None) -> None:
         self._embedder = embedder
         self._opts = opts or DiarizationOptions()
+        self._seg = segmenter or Segmenter()
 
     @property
     def options(self) -> DiarizationOptions:
@@ -64,102 +87,273 @@ class Diarizer:
 
     def diarize(self, audio: np.ndarray, speech: list[Region],
                 speakers: int | None = None) -> list[SpeakerTurn]:
-        """Speaker turns over the speech regions, in time order.
+        """Speaker turns in time order.
 
         Args:
-          audio: 16 kHz mono float32 samples of the whole file.
+          audio: 16 kHz mono float32 samples of the whole file (anything that has ``len``
+            and gives float32 arrays for slices; only the speech stretches are read).
           speech: VAD speech regions in seconds (any order; clipped to the audio).
           speakers: the number of speakers the client expects, or None to estimate it.
 
         Returns:
-          Turns with speakers numbered 0, 1, … in order of first speech.
+          Turns with speakers numbered 0, 1, … in order of first speech; turns of
+          different speakers may overlap.
         """
-        pieces = _pieces(speech, len(audio) / SAMPLE_RATE)
+        opts = self._opts
+        duration = len(audio) / SAMPLE_RATE
+        pieces = _merge(speech, duration)
         if not pieces:
             return []
         if speakers == 1 or (speakers is None and
-                             sum(p.duration for p in pieces) < 2 * self._opts.min_speaker):
+                             sum(p.duration for p in pieces) < 2 * opts.min_speaker):
             # A speaker needs min_speaker seconds of speech: this little is one voice, and
-            # short prompts (most of a call-centre backlog) skip the embedding model.
+            # short prompts (most of a call-centre backlog) skip the models.
             return [SpeakerTurn(0, p.start, p.end) for p in pieces]
-        windows, emb = self._embed(audio, pieces)
-        if not windows:
-            # All speech is shorter than min_window: one speaker is all that can be said.
-            return [SpeakerTurn(0, p.start, p.end) for p in pieces]
-        seconds = np.array([w.end - w.start for w in windows]) * min(
-            1.0, self._opts.hop / self._opts.window)
-        labels = cluster_embeddings(emb, seconds, self._opts, speakers)
-        return _turns(pieces, windows, labels)
+        stretches = _merge(pieces, duration, pad=opts.pad, gap=opts.join_gap)
+        try:
+            chunks = self._segment(audio, stretches)
+            emb, owners, weights = self._embed(audio, chunks)
+            self._assign(chunks, emb, owners, weights, sum(p.duration for p in pieces),
+                         speakers)
+            return self._turns(chunks, stretches)
+        finally:
+            _trim_heap()
 
-    def _embed(self, audio: np.ndarray, pieces: list[Region]) -> tuple[list[_Window], np.ndarray]:
+    # --- 1. segmentation ----------------------------------------------------------------------
+
+    def _segment(self, audio, stretches: list[Region]) -> _Chunks:
+        opts, seg = self._opts, self._seg
+        width = seg.window_samples
+        chunks = _Chunks()
+        for index, s in enumerate(stretches):
+            starts = [s.start]
+            if s.duration > seg.window:
+                n = int(np.floor((s.duration - seg.window) / opts.step + 1e-9)) + 1
+                starts = [s.start + i * opts.step for i in range(n)]
+                if starts[-1] + seg.window < s.end - 1e-6:
+                    starts.append(s.end - seg.window)
+            for i, start in enumerate(starts):
+                chunks.starts.append(start)
+                chunks.stretch.append(index)
+                chunks.offsets.append(int(round(start / seg.frame_step)))
+                chunks.embedded.append(i % opts.embed_every == 0 or i == len(starts) - 1)
+        parts: list[np.ndarray] = []
+        for b in range(0, len(chunks.starts), opts.batch_size):
+            batch = []
+            for c in range(b, min(b + opts.batch_size, len(chunks.starts))):
+                stretch = stretches[chunks.stretch[c]]
+                first = int(round(chunks.starts[c] * SAMPLE_RATE))
+                last = min(first + width, int(round(stretch.end * SAMPLE_RATE)), len(audio))
+                x = np.zeros(width, np.float32)
+                x[:max(0, last - first)] = audio[first:last]
+                batch.append(x)
+            parts.append(seg(batch).astype(np.uint8))
+            if len(parts) % _TRIM_EVERY == 0:
+                _trim_heap()
+        chunks.activity = np.concatenate(parts)
+        # Frames past a stretch's end were zeros, not silence heard: nobody speaks there.
+        for c, start in enumerate(chunks.starts):
+            end = stretches[chunks.stretch[c]].end
+            keep = int(np.ceil((end - start) / seg.frame_step))
+            chunks.activity[c, max(0, keep):] = 0
+        chunks.labels = np.full(chunks.activity.shape[::2], -1, np.int64)
+        return chunks
+
+    # --- 2. embeddings ------------------------------------------------------------------------
+
+    def _embed(self, audio, chunks: _Chunks) -> tuple[np.ndarray, list[tuple[int, int]],
+                                                      np.ndarray]:
+        """Embeddings of the local speakers of embedded windows, their (window, speaker), and
+        the clean seconds behind each."""
+        opts, seg = self._opts, self._seg
+        width = seg.window_samples
+        most = int(round(opts.embed_max / FRAME_SHIFT))
+        least = max(_LENGTHS[0], int(np.ceil(opts.embed_min / FRAME_SHIFT)))
+        owners: list[tuple[int, int]] = []
+        weights: list[float] = []
+        vectors: dict[int, np.ndarray] = {}
+        buckets: dict[int, list[tuple[int, np.ndarray]]] = {}
+        to_seg: np.ndarray | None = None
+        flushes = [0]
+
+        def flush(length: int) -> None:
+            items = buckets.pop(length, [])
+            if items:
+                blocks = [block for _, block in items]
+                blocks += blocks[:1] * (opts.batch_size - len(blocks))  # full batches only
+                out = self._embedder.embed_fbank(blocks)
+                flushes[0] += 1
+                if flushes[0] % _TRIM_EVERY == 0:
+                    _trim_heap()
+                for (index, _), vector in zip(items, out):
+                    vectors[index] = vector
+
+        for c, start in enumerate(chunks.starts):
+            act = chunks.activity[c]
+            if not chunks.embedded[c] or not act.any():
+                continue
+            first = int(round(start * SAMPLE_RATE))
+            feats = self._embedder.fbank(audio[first:min(first + width, len(audio))])
+            if to_seg is None or len(to_seg) < len(feats):
+                # fbank frame m is centred at m * 10 ms + 12.5 ms; the segmentation frame
+                # nearest that instant decides whether it is clean speech.
+                m = np.arange(max(len(feats), int(seg.window / FRAME_SHIFT) + 1))
+                centre = m * FRAME_SHIFT + 0.0125 - seg.frame_duration / 2
+                to_seg = np.clip(np.round(centre / seg.frame_step).astype(int), 0,
+                                 act.shape[0] - 1)
+            clean = act[to_seg[:len(feats)]] * (act.sum(1) == 1)[to_seg[:len(feats)], None]
+            mid = len(feats) / 2
+            for j in range(act.shape[1]):
+                frames = np.flatnonzero(clean[:, j])
+                if len(frames) < least:
+                    continue
+                keep = max([n for n in _LENGTHS if n <= min(most, len(frames))],
+                           default=_LENGTHS[0])
+                if keep < len(frames):
+                    frames = np.sort(frames[np.argsort(np.abs(frames - mid), kind="stable")[:keep]])
+                index = len(owners)
+                owners.append((c, j))
+                weights.append(len(frames) * FRAME_SHIFT)
+                bucket = buckets.setdefault(len(frames), [])
+                bucket.append((index, feats[frames]))
+                if len(bucket) >= opts.batch_size:
+                    flush(len(frames))
+        for length in list(buckets):
+            flush(length)
+        emb = np.stack([vectors[i] for i in range(len(owners))]) if owners else \
+            np.zeros((0, SpeakerEmbedder.dim), np.float32)
+        return emb, owners, np.asarray(weights, dtype=np.float64)
+
+    # --- 3./4. global speakers ----------------------------------------------------------------
+
+    def _assign(self, chunks: _Chunks, emb: np.ndarray, owners: list[tuple[int, int]],
+                weights: np.ndarray, speech: float, speakers: int | None = None) -> None:
         opts = self._opts
-        size = max(1, round(opts.window / FRAME_SHIFT))
-        step = max(1, round(opts.hop / FRAME_SHIFT))
-        windows: list[_Window] = []
-        vectors: list[np.ndarray] = []
-        batch: list[np.ndarray] = []
+        if len(owners) == 0:
+            # Nobody embeddable (all speech brief or overlapped): one speaker.
+            chunks.labels[chunks.activity.any(axis=1)] = 0
+            return
+        train = np.flatnonzero(weights >= opts.cluster_min)
+        if len(train) < 2:
+            train = np.arange(len(owners))
+        groups = np.array([c for c, _ in owners])
+        # Each embedding stands for its share of the file's speech (only some windows are
+        # embedded, each from a capped sample), so small-cluster pruning sees seconds.
+        seconds = weights * (speech / weights.sum())
+        labels = cluster_embeddings(emb[train], seconds[train], opts, groups[train], speakers)
+        cents = l2_centroids(emb[train], labels, int(labels.max()) + 1)
+        sim = emb @ cents.T
+        by_chunk: dict[int, list[int]] = {}
+        for i, (c, _) in enumerate(owners):
+            by_chunk.setdefault(c, []).append(i)
+        for c, members in by_chunk.items():
+            rows, cols = linear_sum_assignment(-sim[members])
+            for r, k in zip(rows, cols):
+                chunks.labels[c, owners[members[r]][1]] = k
+            for r in set(range(len(members))) - set(rows.tolist()):
+                # More local speakers than global ones: the extra joins its nearest.
+                chunks.labels[c, owners[members[r]][1]] = int(np.argmax(sim[members[r]]))
+        self._propagate(chunks, len(cents))
 
-        def flush() -> None:
-            if batch:
-                vectors.append(self._embedder.embed_fbank(batch))
-                batch.clear()
-
-        for index, piece in enumerate(pieces):
-            if piece.duration < opts.min_window:
+    def _propagate(self, chunks: _Chunks, k: int) -> None:
+        """Local speakers without an embedding take the global speaker they coincide with
+        in the nearest embedded windows of the same stretch."""
+        embedded = [c for c, e in enumerate(chunks.embedded) if e]
+        known = chunks.labels.copy()
+        pos = 0
+        frames = chunks.activity.shape[1]
+        for c in range(len(chunks.starts)):
+            while pos < len(embedded) and embedded[pos] < c:
+                pos += 1
+            act = chunks.activity[c]
+            todo = [j for j in range(act.shape[1]) if known[c, j] < 0 and act[:, j].any()]
+            if not todo:
                 continue
-            a = audio[int(piece.start * SAMPLE_RATE):int(piece.end * SAMPLE_RATE)]
-            feats = self._embedder.fbank(a)
-            n = len(feats)
-            if n == 0:
-                continue
-            if n <= size:
-                # A short region is its own window; odd lengths cannot share a batch.
-                flush()  # keep embeddings in window order
-                windows.append(_Window(piece.start, piece.end, index))
-                vectors.append(self._embedder.embed_fbank([feats]))
-                continue
-            starts = list(range(0, n - size + 1, step))
-            if starts[-1] + size < n:
-                starts.append(n - size)
-            for s in starts:
-                windows.append(_Window(piece.start + s * FRAME_SHIFT,
-                                       piece.start + (s + size) * FRAME_SHIFT, index))
-                batch.append(feats[s:s + size])
-                if len(batch) >= opts.batch_size:
-                    flush()
-        flush()
-        emb = np.concatenate(vectors) if vectors else np.zeros((0, SpeakerEmbedder.dim))
-        return windows, emb
+            votes = np.zeros((len(todo), k))
+            near = {embedded[i] for i in (pos - 1, pos, pos + 1) if 0 <= i < len(embedded)}
+            for e in near:
+                if chunks.stretch[e] != chunks.stretch[c]:
+                    continue
+                shift = chunks.offsets[c] - chunks.offsets[e]
+                lo, hi = max(0, shift), min(frames, frames + shift)  # frames of e shared
+                if hi <= lo:
+                    continue
+                mine = act[lo - shift:hi - shift, todo].astype(np.float64)
+                theirs = chunks.activity[e, lo:hi].astype(np.float64)
+                co = mine.T @ theirs  # (todo, 3) frames active together
+                for j2 in range(theirs.shape[1]):
+                    if known[e, j2] >= 0:
+                        votes[:, known[e, j2]] += co[:, j2]
+            taken = {int(known[c, j]) for j in range(act.shape[1]) if known[c, j] >= 0}
+            for k2 in taken:
+                votes[:, k2] = 0  # local speakers of one window stay distinct
+            rows, cols = linear_sum_assignment(-votes)
+            for r, k2 in zip(rows, cols):
+                if votes[r, k2] > 0:
+                    chunks.labels[c, todo[r]] = k2
+
+    # --- 5. turns -----------------------------------------------------------------------------
+
+    def _turns(self, chunks: _Chunks, stretches: list[Region]) -> list[SpeakerTurn]:
+        seg, opts = self._seg, self._opts
+        if not chunks.starts:
+            return []
+        k = int(chunks.labels.max()) + 1
+        if k <= 0:
+            return []
+        frames = chunks.activity.shape[1]
+        total = max(chunks.offsets) + frames
+        votes = np.zeros((total, k), np.float32)
+        talkers = np.zeros(total, np.float32)
+        cover = np.zeros(total, np.float32)
+        for c, o in enumerate(chunks.offsets):
+            act = chunks.activity[c]
+            end = stretches[chunks.stretch[c]].end
+            n = min(frames, max(0, int(np.ceil((end - chunks.starts[c]) / seg.frame_step))))
+            talkers[o:o + n] += act[:n].sum(1)
+            cover[o:o + n] += 1
+            mine = np.zeros((n, k), np.float32)
+            for j in range(act.shape[1]):
+                if chunks.labels[c, j] >= 0:
+                    mine[:, chunks.labels[c, j]] = np.maximum(mine[:, chunks.labels[c, j]],
+                                                              act[:n, j])
+            votes[o:o + n] += mine
+        count = np.floor(talkers / np.maximum(cover, 1) + 0.5).astype(np.int64)
+        active = np.zeros((total, k), bool)
+        for lo in range(0, total, 65536):  # bounded temporaries on long files
+            v, n = votes[lo:lo + 65536], count[lo:lo + 65536]
+            rank = np.argsort(np.argsort(-v, axis=1, kind="stable"), axis=1, kind="stable")
+            active[lo:lo + 65536] = (rank < n[:, None]) & (v > 0)
+        return _to_turns(active, seg.frame_step, seg.frame_duration / 2 - seg.frame_step / 2,
+                         opts.min_gap)
 
 
-def _turns(pieces: list[Region], windows: list[_Window], labels: np.ndarray) -> list[SpeakerTurn]:
-    centers = np.array([(w.start + w.end) / 2 for w in windows])
-    by_piece: dict[int, list[int]] = {}
-    for i, w in enumerate(windows):
-        by_piece.setdefault(w.piece, []).append(i)
-    spans: list[tuple[int, float, float]] = []
-    for index, piece in enumerate(pieces):
-        members = by_piece.get(index)
-        if not members:
-            # Too short to embed: the speaker of the nearest window in time.
-            mid = (piece.start + piece.end) / 2
-            spans.append((int(labels[np.argmin(np.abs(centers - mid))]), piece.start, piece.end))
-            continue
-        start = piece.start
-        for a, b in zip(members, members[1:]):
-            if labels[a] != labels[b]:
-                cut = (centers[a] + centers[b]) / 2
-                spans.append((int(labels[a]), start, cut))
-                start = cut
-        spans.append((int(labels[members[-1]]), start, piece.end))
-    # Join touching spans of one speaker (piece boundaries inside a region).
-    merged: list[list] = []
-    for spk, s, e in spans:
-        if merged and merged[-1][0] == spk and s - merged[-1][2] < 1e-6:
-            merged[-1][2] = e
-        else:
-            merged.append([spk, s, e])
+def _trim_heap() -> None:
+    """Hand freed heap back to the system: glibc keeps what the models' many short-lived
+    buffers freed, and a worker's memory would only ever grow."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _to_turns(active: np.ndarray, step: float, shift: float, min_gap: float) -> list[SpeakerTurn]:
+    """Runs of each speaker's active frames as turns, short pauses bridged, numbered in
+    order of first speech."""
+    spans: list[tuple[float, int, float]] = []
+    for k in range(active.shape[1]):
+        col = np.concatenate([[False], active[:, k], [False]]).astype(np.int8)
+        edges = np.flatnonzero(np.diff(col))
+        runs: list[list[float]] = []
+        for a, b in zip(edges[::2], edges[1::2]):
+            start, end = max(0.0, a * step + shift), b * step + shift
+            if runs and start - runs[-1][1] < min_gap:
+                runs[-1][1] = end
+            else:
+                runs.append([start, end])
+        spans += [(s, k, e) for s, e in runs]
+    spans.sort()
     order: dict[int, int] = {}
-    for spk, _, _ in merged:
-        order.setdefault(spk, len(order))
-    return [SpeakerTurn(order[spk], s, e) for spk, s, e in merged]
+    for _, k, _ in spans:
+        order.setdefault(k, len(order))
+    return [SpeakerTurn(order[k], round(s, 4), round(e, 4)) for s, k, e in spans]

