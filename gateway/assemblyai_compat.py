@@ -44,7 +44,7 @@ from stores.context import Context
 
 from .base import (BaseHandler, BodyTooLargeHandler, NotFoundHandler, Principal, WrongMethodHandler,
                    parse_body, principal_for)
-from .files import UploadRecords, _StreamedUpload
+from .files import FilesHandler
 from .jobs import JobService
 from .subtitles import render_srt, render_vtt
 from .subtitles_handler import SUBTITLE_TYPES, completed_result, parse_subtitle_query
@@ -284,26 +284,15 @@ class _AaiRoute(_AaiErrors):
         return self.ctx.settings.base_url  # type: ignore[no-any-return]
 
 
-class AaiUploadHandler(_AaiRoute, _StreamedUpload):
+class AaiUploadHandler(_AaiRoute, FilesHandler):
     """``POST /v2/upload``: the raw body is the file, as ``POST /v1/files``."""
-
-    QUERY = {"POST": ()}
-
-    async def admit(self) -> None:
-        self.who = await self.authenticate()
-        self.file_id = ids.file_id()
-        self.limit = self.ctx.settings.max_upload_bytes
 
     def too_large(self) -> FileTooLarge:
         return FileTooLarge(f"An upload is limited to {self.limit} bytes.")
 
     async def post(self) -> None:
-        if self._finished:
-            return
-        size = await self.store()
-        await UploadRecords(self.ctx).save(self.who.account.id, self.file_id, size,
-                                           datetime.now(UTC))
-        self.send(AaiUpload(upload_url=upload_url(self.base_url, self.file_id)))
+        if await self.save() is not None:
+            self.send(AaiUpload(upload_url=upload_url(self.base_url, self.file_id)))
 
 
 class _AaiJobs(_AaiRoute, BaseHandler):

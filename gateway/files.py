@@ -195,12 +195,17 @@ class FilesHandler(_StreamedUpload):
                             f"{self.ctx.settings.max_presigned_upload_bytes} bytes.")
 
     async def post(self) -> None:
+        record = await self.save()
+        if record is not None:
+            self.send(record, 201)
+
+    async def save(self) -> FileObject | None:
+        """The stored upload's record; None when the upload was already refused."""
         if self._finished:
-            return
+            return None
         size = await self.store()
-        record = await UploadRecords(self.ctx).save(self.who.account.id, self.file_id, size,
-                                                    datetime.now(UTC))
-        self.send(record, 201)
+        return await UploadRecords(self.ctx).save(self.who.account.id, self.file_id, size,
+                                                  datetime.now(UTC))
 
 
 class PresignedUploadHandler(_StreamedUpload):

@@ -37,13 +37,14 @@ from schemas.errors import StreamError, StreamErrorCode
 from .decoder import Decoded, DecodeInput, WhisperDecoder
 from .models import StreamingModels
 from .options import DecodeOptions, EngineOptions
-from .recognizer import DecodeKind, DecodeRequest, SessionRecognizer, Update
+from .recognizer import DecodeKind, DecodeRequest, SessionRecognizer, Update, check_opening
 from .vocabulary import VocabularyTerm
 
 __all__ = ["RealtimeEngine"]
 
 
 @dataclass(eq=False)
+
 class _Session:
     id: str
     recognizer: SessionRecognizer
@@ -93,12 +94,7 @@ class RealtimeEngine:
             StreamError: ``a5sv2_unavailable`` (close 1013) when ``max_sessions`` are open.
             ValueError: the id is already open.
         """
-        if self._closed:
-            raise StreamError(StreamErrorCode.a5sv2_unavailable, "the recognizer is shutting down")
-        if session_id in self._sessions:
-            raise ValueError(f"session {session_id!r} is already open")
-        if len(self._sessions) >= self._opts.max_sessions:
-            raise StreamError(StreamErrorCode.a5sv2_unavailable, "no streaming capacity left")
+        check_opening(session_id, self._sessions, self._closed, self._opts.max_sessions)
         rec = SessionRecognizer(self._models, vocabulary, self._opts.recognizer)
         self._sessions[session_id] = _Session(session_id, rec)
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum
 
@@ -42,8 +42,8 @@ from .options import DecodeOptions, RecognizerOptions
 from .vad import VAD_WINDOW, VadStream
 from .vocabulary import Vocabulary, VocabularyTerm
 
-__all__ = ["Update", "DecodeKind", "DecodeRequest", "SessionRecognizer", "pcm_to_float",
-           "invented"]
+__all__ = ["Update", "DecodeKind", "DecodeRequest", "SessionRecognizer", "check_opening",
+           "pcm_to_float", "invented"]
 
 _SR = 16000
 
@@ -53,6 +53,22 @@ STOCK_PHRASES = frozenset({
     "please subscribe", "bye", "bye bye", "goodbye", "the end", "so",
 })
 """What Whisper writes for silence, noise and clicks (normalised: lower case, no punctuation)."""
+
+
+def check_opening(session_id: str, open_ids: Collection[str], closed: bool,
+                  max_sessions: int) -> None:
+    """What every streaming engine checks before it opens a session.
+
+    Raises:
+        StreamError: ``a5sv2_unavailable`` (close 1013) when closing or full.
+        ValueError: the id is already open.
+    """
+    if closed:
+        raise StreamError(StreamErrorCode.a5sv2_unavailable, "the recognizer is shutting down")
+    if session_id in open_ids:
+        raise ValueError(f"session {session_id!r} is already open")
+    if len(open_ids) >= max_sessions:
+        raise StreamError(StreamErrorCode.a5sv2_unavailable, "no streaming capacity left")
 
 
 @dataclass(frozen=True, slots=True)

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.errors import StreamError, StreamErrorCode
 
 from ..models import resolve_transducer
-from .recognizer import Update, pcm_to_float
+from .recognizer import Update, check_opening, pcm_to_float
 from .vocabulary import Vocabulary, VocabularyTerm
 
 __all__ = ["ZipformerOptions", "ZipformerModel", "ZipformerRealtimeEngine", "load_engine"]
@@ -193,12 +193,7 @@ class ZipformerRealtimeEngine:
 
     def open(self, session_id: str, vocabulary: Sequence[VocabularyTerm] = ()) -> None:
         """Start a session (``a5sv2_unavailable`` when full or shutting down)."""
-        if self._closed:
-            raise StreamError(StreamErrorCode.a5sv2_unavailable, "the recognizer is shutting down")
-        if session_id in self._sessions:
-            raise ValueError(f"session {session_id!r} is already open")
-        if len(self._sessions) >= self._opts.max_sessions:
-            raise StreamError(StreamErrorCode.a5sv2_unavailable, "no streaming capacity left")
+        check_opening(session_id, self._sessions, self._closed, self._opts.max_sessions)
         vocab = Vocabulary(vocabulary)
         hot = self._model.hotwords(vocab)
         rec = self._model.recognizer
