@@ -68,7 +68,7 @@ class ModelSettings(BaseModel):
     fit_window: bool = True
     """Fit Whisper's encoder window to each chunk (plus 5 s of padding, at least 10 s)
     instead of padding it to 30 s: 1.7x the speed on the eval set's real speech, with the
-    same WER within one word in a thousand (``python -m ops.bench_asr [--full-window]``)."""
+    same WER within one word in a thousand (``python -m bench.asr [--full-window]``)."""
     asr_workers: int = Field(0, ge=0)
     """Chunk decodes run at once, each on a model replica of its own (CTranslate2 workers);
     0 chooses by device: one per CPU core (at most 4) on CPU, 1 on CUDA. Measured on 2

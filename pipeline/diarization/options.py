@@ -11,7 +11,7 @@ class DiarizationOptions(BaseModel):
     """How audio is segmented, embedded, clustered into speakers and turned into turns.
 
     Times are seconds; similarities are cosine similarities of L2-normalised embeddings
-    (1 = same direction). Defaults were calibrated with ``python -m ops.bench_diarization``
+    (1 = same direction). Defaults were calibrated with ``python -m bench.diarization``
     (see docs/diarization.md).
     """
 

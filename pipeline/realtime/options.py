@@ -1,6 +1,6 @@
 """Options of the streaming recognizer and its engine.
 
-Every field carries its unit. Defaults were tuned with ``python -m ops.bench_streaming``
+Every field carries its unit. Defaults were tuned with ``python -m bench.streaming``
 on a 2-core CPU (5 concurrent sessions must keep up in real time there).
 """
 

@@ -8,7 +8,7 @@ the API returns: words (WER against the eval set's references), job errors
 cancellations never).
 
 WER is scored after lowercasing and removing punctuation on both sides, with
-numbers 0-999 and "mr"/"mrs"/"dr"/"ok" spelled out (``ops.bench_asr``), since a
+numbers 0-999 and "mr"/"mrs"/"dr"/"ok" spelled out (``evaluation.text``), since a
 reference may say "mister" where the transcript says "mr".
 """
 
@@ -28,7 +28,7 @@ import httpx
 import jiwer
 import pytest
 
-from ops.bench_asr import normalized, plain_words
+from evaluation.text import normalized, plain_words
 from tests.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
@@ -53,7 +53,7 @@ REAL_CLIPS = (
 CLEAN_MAX_WER = 0.15
 CLEAN_MAX_ERRORS = 3
 """A clip passes with at most this many word errors even above ``CLEAN_MAX_WER``: on a
-ten-word sentence one misheard word is 10 %. Whisper base itself (``ops.bench_asr``) makes
+ten-word sentence one misheard word is 10 %. Whisper base itself (``bench.asr``) makes
 3 errors on LJ050-0131 ("thereunder") and on TIMIT's LDC93S1, and the service must give
 the same words as the bare model."""
 OVERALL_MAX_WER = 0.08

@@ -190,7 +190,7 @@ def test_long_cycled_recording_finds_its_speakers(diarizer: Diarizer, tmp_path: 
     """300 s cycling two synthetic conversations and a real AMI excerpt (five voices, one
     shared by both conversations, each returning two or three times), read through the
     service's memory map: the voices keep their labels across returns."""
-    from ops.bench_diarization import build_long, der_counts
+    from evaluation.diarization import build_long, der_counts
     from pipeline.engines import PcmSamples
     from pipeline.vad import SileroVad, VadOptions, speech_regions
 

@@ -1,7 +1,7 @@
 """The streaming recognizer on real speech: partials, finals, whole-text updates, vocabulary.
 
 Audio is fed in 20 ms frames as fast as the recognizer takes it (not at real-time pace);
-``python -m ops.bench_streaming`` measures latency and keep-up at real-time pace.
+``python -m bench.streaming`` measures latency and keep-up at real-time pace.
 """
 
 from __future__ import annotations

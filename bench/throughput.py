@@ -1,6 +1,6 @@
 """Throughput benchmark: batched ASR, one vs two worker processes, and the GPU path.
 
-``python -m ops.bench_throughput [--jobs 200] [--model base] [--engine-chunks 24]
+``python -m bench.throughput [--jobs 200] [--model base] [--engine-chunks 24]
 [--workers 1,2] [--timeout 240] [--skip-e2e]``
 
 1. Engine level (this process, on the CPU): the same real-speech chunks (eval

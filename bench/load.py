@@ -1,6 +1,6 @@
 """Load benchmark: sustained API traffic, then a batch backlog, with memory and latency over time.
 
-``python -m ops.bench_load [--duration 60] [--concurrency 16] [--backlog 300]``
+``python -m bench.load [--duration 60] [--concurrency 16] [--backlog 300]``
 
 Starts an embedded stack (``a5s up``) in a temporary directory and, while sampling the
 resident memory (``VmRSS`` in ``/proc/<pid>/status``, and its anonymous part ``RssAnon``:
@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 
-from ops.bench_api import _free_port, embedded_stack, percentile
+from bench.api import _free_port, embedded_stack, percentile
 from ops.procstat import PROCESSES, memory_kb, pid_of
 
 __all__ = ["main"]

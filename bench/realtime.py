@@ -1,12 +1,12 @@
 """Streaming benchmark through the service: ``WSS /v1/realtime`` end to end.
 
-``python -m ops.bench_realtime [--sessions N ...] [--accounts K] [--url ws://host:port --key a5s_sk_...]``
-``python -m ops.bench_realtime --coverage [--prompts 20] [--parallel 5] [--show]``
+``python -m bench.realtime [--sessions N ...] [--accounts K] [--url ws://host:port --key a5s_sk_...]``
+``python -m bench.realtime --coverage [--prompts 20] [--parallel 5] [--show]``
 
 Without ``--url`` it starts its own embedded stack (``a5s up`` in a temporary data
 directory, on free loopback ports; extra ``A5S_*`` settings pass through the
 environment, e.g. ``A5S_MODELS__STREAMING_FINAL=tiny.en``) and makes an account for the
-run. Each session streams the ~95 s programme of :mod:`ops.bench_streaming` (real
+run. Each session streams the ~95 s programme of :mod:`bench.streaming` (real
 speech from ``../shared/eval`` with 1 s pauses, each session in a different order) in
 20 ms frames at real-time pace over its own WebSocket; N sessions run at once, starting
 0.23 s apart. The figures therefore include everything a client sees: the gateway,
@@ -17,7 +17,7 @@ Definitions (times are on the session's audio clock: 0 = first frame sent):
 * **WER**: the last transcript before ``finished`` against the clip references,
   lowercased, punctuation removed, pooled over sessions.
 * **Phrase start / end**: offline Silero VAD over the clean session audio, as in
-  :mod:`ops.bench_streaming`.
+  :mod:`bench.streaming`.
 * **Final latency**: for each ``is_final`` message sent before ``finish``, its arrival
   minus the latest phrase end before it not claimed by an earlier final (finals that
   settle a long segment mid-speech claim none and are not counted).
@@ -35,7 +35,7 @@ Definitions (times are on the session's audio clock: 0 = first frame sent):
 
 ``--coverage`` streams instead every dev-set item with a reference (every conversation,
 every real recording with a quoted reference, an even sample of ``--prompts`` Asterisk
-prompts; see :mod:`ops.realtime_coverage`), each file as it is, at real-time pace,
+prompts; see :mod:`evaluation.coverage`), each file as it is, at real-time pace,
 ``--parallel`` at a time, then transcribes the same files through the batch API of the
 same service. Printed per item and pooled: utterances never shown and mostly lost, the
 streaming WER beside the batch WER (Whisper's English normaliser on both sides), any
@@ -65,10 +65,10 @@ import httpx
 import jiwer
 import numpy as np
 
-from ops.bench_asr import normalized
-from ops.bench_streaming import CLIPS, build_stream, load_pcm, normalize, phrase_marks
+from bench.streaming import CLIPS, build_stream, load_pcm, normalize, phrase_marks
+from evaluation.coverage import dev_items, invented_tail, score_utterances
+from evaluation.text import normalized
 from ops.procstat import stack_cpu
-from ops.realtime_coverage import CoverageItem, dev_items, invented_tail, score_utterances
 from pipeline.realtime import StreamingVad, default_vad_path
 
 __all__ = ["main", "run_session", "score"]
@@ -312,7 +312,7 @@ def _latencies(results: list[Session]) -> tuple[list[float], list[float]]:
 def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, prompts: int,
                  parallel: int, show: bool) -> int:
     """Stream then batch-transcribe every dev item; print the report. Returns the errors."""
-    from ops.bench_pipeline import run_service
+    from bench.pipeline import run_service
     from tests.stack import EvalServer
 
     items = dev_items(eval_dir, prompts)
@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--parallel", type=int, default=5,
                         help="--coverage: items streamed at once (five per account)")
     args = parser.parse_args(argv)
-    print("command: python -m ops.bench_realtime " + " ".join(argv if argv is not None
+    print("command: python -m bench.realtime " + " ".join(argv if argv is not None
                                                                 else sys.argv[1:]))
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the stack
     stack, errors = None, 0

@@ -1,8 +1,8 @@
 """Batch ASR benchmark: word error rate and real-time factor on the shared eval set.
 
-``python -m ops.bench_asr [--model base] [--limit N] [--group NAME ...]``
-``python -m ops.bench_asr --engine zipformer (--model-dir DIR | --stand-in) [--batch-sizes 1,8,16]``
-(throughput of one-at-a-time vs batched TorchScript decoding: see :mod:`ops.bench_zipformer`)
+``python -m bench.asr [--model base] [--limit N] [--group NAME ...]``
+``python -m bench.asr --engine zipformer (--model-dir DIR | --stand-in) [--batch-sizes 1,8,16]``
+(throughput of one-at-a-time vs batched TorchScript decoding: see :mod:`bench.zipformer`)
 
 Runs the bare batch path on each real-speech item that has an exact reference:
 decode to PCM, Silero VAD, chunk plan, Whisper. Items whose reference describes
@@ -29,48 +29,24 @@ import json
 import re
 import tempfile
 import time
-from collections import defaultdict
 from dataclasses import dataclass
-from itertools import zip_longest
 from pathlib import Path
 
 import jiwer
 
+from evaluation.items import select_items
+from evaluation.text import normalized, plain_words
 from pipeline.asr import WhisperEngine, WhisperOptions
 from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.models import resolve_whisper
 from pipeline.vad import SileroVad, VadOptions, plan_chunks, speech_regions
 
-__all__ = ["main", "plain_words", "normalized", "select_items"]
+__all__ = ["main", "DEFAULT_EVAL"]
 
 DEFAULT_EVAL = Path(__file__).resolve().parents[1].parent / "shared" / "eval"
-SCORED_QUALITY = ("exact", "similar")
 LONG_S = 10.0
 """Items at least this long (seconds) get their own RTF line."""
-_PUNCT = re.compile(r"[^a-z0-9' ]+")
 _DESCRIPTION = re.compile(r"^\s*[(<\[].*[)>\]]\s*$")
-
-
-def plain_words(text: str) -> str:
-    """Lowercase; hyphens as spaces; other punctuation removed (apostrophes kept)."""
-    return " ".join(_PUNCT.sub(" ", text.lower().replace("-", " ")).split())
-
-
-def normalized(text: str) -> str:
-    """Whisper's ``EnglishTextNormalizer``: the WER convention of the Whisper paper.
-
-    It spells contractions out, writes numbers as digits, standardises spellings
-    and drops fillers, on both sides, so "twenty" and "20" or "I'm" and "I am"
-    are one word. The model field notes measured with it.
-    """
-    global _NORMALIZER
-    if _NORMALIZER is None:
-        from whisper_normalizer.english import EnglishTextNormalizer
-        _NORMALIZER = EnglishTextNormalizer()
-    return " ".join(_NORMALIZER(text).split())
-
-
-_NORMALIZER = None
 
 
 @dataclass
@@ -81,24 +57,6 @@ class Result:
     seconds: float
     reference: str | None
     hypothesis: str
-
-
-def select_items(manifest: dict, groups: list[str], limit: int | None) -> list[dict]:
-    """Real items with an exact reference, optionally filtered, round-robin across groups."""
-    by_group: dict[str, list[dict]] = defaultdict(list)
-    for item in manifest["items"]:
-        if item["kind"] != "real" or item.get("reference_quality") not in SCORED_QUALITY:
-            continue
-        if not item.get("reference_text"):
-            continue
-        group = item["path"].split("/")[1]
-        if groups and not any(g in item["path"] for g in groups):
-            continue
-        by_group[group].append(item)
-    ordered = [i for row in zip_longest(*(sorted(v, key=lambda i: i["path"])
-                                          for _, v in sorted(by_group.items())))
-               for i in row if i is not None]
-    return ordered[:limit] if limit else ordered
 
 
 def run_item(path: Path, engine: WhisperEngine, vad: SileroVad, opts: VadOptions,
@@ -122,7 +80,7 @@ def wer(results: list[Result], norm) -> tuple[float, int]:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_asr", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.asr", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="base", help="alias (base, tiny.en) or CTranslate2 dir")
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")
@@ -156,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.engine == "zipformer":
         if not args.model_dir and not args.stand_in:
             parser.error("--engine zipformer needs --model-dir DIR or --stand-in")
-        from ops.bench_zipformer import run
+        from bench.zipformer import run
         run(args, items)
         return
     t0 = time.perf_counter()

@@ -1,6 +1,6 @@
 """What a live transcript leaves out: the dev-set items with a reference, and their scoring.
 
-Used by ``python -m ops.bench_realtime --coverage``. A stream may be accurate word by word
+Used by ``python -m bench.realtime --coverage``. A stream may be accurate word by word
 and still drop a whole utterance without an error (the client cannot tell), so each
 item's reference is cut into utterances (a conversation's turns, or the whole reference of
 a single recording) and every utterance is checked against the closing transcript:
@@ -24,8 +24,8 @@ from typing import Any
 
 import jiwer
 
-from .bench_asr import normalized
-from .bench_pipeline import choose_items
+from .items import choose_items
+from .text import normalized
 
 __all__ = ["CoverageItem", "UtteranceScore", "dev_items", "score_utterances", "invented_tail"]
 

@@ -1,6 +1,6 @@
 """Diarization benchmark: DER, speaker counts and real-time factor on the shared eval set.
 
-``python -m ops.bench_diarization [--eval DIR] [--set field=value ...] [--long SECONDS ...]``
+``python -m bench.diarization [--eval DIR] [--set field=value ...] [--long SECONDS ...]``
 
 DER is frame-based at 10 ms with no collar and overlapped speech scored:
 (missed + false alarm + confusion) / reference speech, where the hypothesis speakers
@@ -18,7 +18,6 @@ the speaker count against the truth, RTF and the peak resident memory while diar
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shlex
 import sys
@@ -28,22 +27,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
 import numpy as np
-from scipy.optimize import linear_sum_assignment
 
+from evaluation.diarization import (SCORED, build_long, der_counts, load_audio, read_rttm,
+                                    unmatched_voices)
 from pipeline.diarization import DiarizationOptions, Diarizer, SpeakerEmbedder
-from pipeline.types import SAMPLE_RATE, Region, SpeakerTurn
+from pipeline.types import SAMPLE_RATE, Region
 
-__all__ = ["main", "build_long", "der_counts", "read_rttm", "load_audio", "voice_turns"]
+__all__ = ["main"]
 
-STEP = 0.01
-"""Scoring frame, s."""
-
-SCORED = [
-    "synthetic/conv01_support_call", "synthetic/conv02_team_meeting", "synthetic/conv03_overlap",
-    "real/pyannote_ami/dev00", "real/pyannote_ami/dev01", "real/pyannote_ami/trn02",
-]
 SINGLE = [
     "real/whisper/jfk.flac",
     "real/pocketsphinx/librivox/sense_and_sensibility_01_austen_64kb-0870.wav",
@@ -51,71 +43,6 @@ SINGLE = [
     "real/asterisk_16k/basic-pbx-ivr-main.wav", "real/speechbrain/LJ050-0131.wav",
     "real/pocketsphinx/goforward.wav",
 ]
-
-
-def load_audio(path: Path) -> np.ndarray:
-    """Decode any container to 16 kHz mono float32 with PyAV."""
-    chunks = []
-    with av.open(str(path)) as container:
-        resampler = av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
-        for frame in container.decode(audio=0):
-            chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(frame))
-        chunks.extend(f.to_ndarray().reshape(-1) for f in resampler.resample(None))
-    return np.concatenate(chunks).astype(np.float32) if chunks else np.zeros(0, np.float32)
-
-
-def read_rttm(path: Path) -> list[tuple[str, float, float]]:
-    """(speaker, start, end) of each SPEAKER line."""
-    out = []
-    for line in path.read_text().splitlines():
-        parts = line.split()
-        if parts and parts[0] == "SPEAKER":
-            start, dur = float(parts[3]), float(parts[4])
-            out.append((parts[7], start, start + dur))
-    return out
-
-
-def _grid(spans: list[tuple[object, float, float]], frames: int) -> np.ndarray:
-    names = sorted({s for s, _, _ in spans}, key=str)
-    grid = np.zeros((frames, len(names)), dtype=bool)
-    for spk, start, end in spans:
-        grid[int(round(start / STEP)):int(round(end / STEP)), names.index(spk)] = True
-    return grid
-
-
-def unmatched_voices(ref: list[tuple[str, float, float]], hyp: list[SpeakerTurn],
-                     duration: float) -> list[str]:
-    """Reference speakers that no hypothesis speaker is mapped to (merged into another
-    speaker or never heard), as in ``der_counts``' one-to-one mapping."""
-    frames = int(np.ceil(max([duration] + [e for _, _, e in ref]
-                             + [t.end for t in hyp]) / STEP)) + 1
-    names = sorted({s for s, _, _ in ref}, key=str)
-    r = _grid(ref, frames)
-    h = _grid([(t.speaker, t.start, t.end) for t in hyp], frames)
-    if not h.shape[1]:
-        return names
-    agree = r.T.astype(np.int64) @ h.astype(np.int64)
-    rows, cols = linear_sum_assignment(-agree)
-    mapped = {names[i] for i, j in zip(rows, cols) if agree[i, j] > 0}
-    return [n for n in names if n not in mapped]
-
-
-def der_counts(ref: list[tuple[str, float, float]], hyp: list[SpeakerTurn],
-               duration: float) -> dict[str, float]:
-    """Seconds of reference speech, miss, false alarm and confusion for one file."""
-    frames = int(np.ceil(max([duration] + [e for _, _, e in ref]
-                             + [t.end for t in hyp]) / STEP)) + 1
-    r = _grid(ref, frames)
-    h = _grid([(t.speaker, t.start, t.end) for t in hyp], frames)
-    nr, nh = r.sum(1), h.sum(1)
-    correct = 0
-    if r.shape[1] and h.shape[1]:
-        agree = r.T.astype(np.int64) @ h.astype(np.int64)
-        rows, cols = linear_sum_assignment(-agree)
-        correct = int(agree[rows, cols].sum())
-    both = np.minimum(nr, nh).sum()
-    return {"ref": nr.sum() * STEP, "miss": np.maximum(nr - nh, 0).sum() * STEP,
-            "fa": np.maximum(nh - nr, 0).sum() * STEP, "conf": (both - correct) * STEP}
 
 
 @dataclass
@@ -136,17 +63,6 @@ def _parse_sets(items: list[str]) -> dict[str, str]:
         key, _, value = item.partition("=")
         out[key] = value
     return out
-
-
-def voice_turns(eval_dir: Path, stem: str) -> list[tuple[str, float, float]]:
-    """Reference turns labelled by voice: a synthetic item's speakers by their TTS voice (two
-    items share a voice), real items by the corpus' speaker ids."""
-    ref = read_rttm(eval_dir / f"{stem}.rttm")
-    meta = eval_dir / f"{stem}.json"
-    if meta.is_file():
-        voices = {t["speaker"]: t["voice"] for t in json.loads(meta.read_text())["turns"]}
-        ref = [(voices.get(spk, spk), s, e) for spk, s, e in ref]
-    return ref
 
 
 class _PeakRss:
@@ -174,38 +90,6 @@ class _PeakRss:
         self._stop.set()
         self._thread.join()
         self.peak = max(self.peak, self.now())
-
-
-def build_long(eval_dir: Path, seconds: float, pcm: Path, stems: list[str] | None = None,
-               gap: float = 1.0) -> list[tuple[str, float, float]]:
-    """Cycle ``stems`` (default: the scored items), ``gap`` s of silence between them, into
-    the 16 kHz int16 file ``pcm`` up to ``seconds``; returns the reference turns labelled by
-    voice, cut at the end."""
-    from pipeline.audio import PCM_DTYPE
-    ref: list[tuple[str, float, float]] = []
-    cache: dict[str, tuple[np.ndarray, list]] = {}
-    at = 0.0
-    silence = np.zeros(int(gap * SAMPLE_RATE), PCM_DTYPE)
-    with open(pcm, "wb") as out:
-        while at < seconds:
-            for stem in stems or SCORED:
-                if stem not in cache:
-                    audio = load_audio(eval_dir / f"{stem}.wav")
-                    cache[stem] = ((np.clip(audio, -1, 1) * 32767).astype(PCM_DTYPE),
-                                   voice_turns(eval_dir, stem))
-                samples, turns = cache[stem]
-                left = seconds - at
-                if left <= 0:
-                    break
-                part = samples[:int(left * SAMPLE_RATE)]
-                out.write(part.tobytes())
-                ref += [(spk, at + s, min(at + e, seconds)) for spk, s, e in turns
-                        if at + s < seconds]
-                at += len(part) / SAMPLE_RATE
-                if at < seconds:
-                    out.write(silence[:int(min(gap, seconds - at) * SAMPLE_RATE)].tobytes())
-                    at = min(seconds, at + gap)
-    return ref
 
 
 def _load() -> str:
@@ -305,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     from silero_vad import load_silero_vad
 
     torch.set_num_threads(args.threads)
-    print("command: python -m ops.bench_diarization " + shlex.join(sys.argv[1:] if argv is None
+    print("command: python -m bench.diarization " + shlex.join(sys.argv[1:] if argv is None
                                                                       else argv))
     print(f"start: {_load()}, {args.threads} torch thread(s)", flush=True)
     opts = DiarizationOptions(**_parse_sets(args.set))

@@ -1,7 +1,7 @@
 """REST API load benchmark: create, get and list transcripts on loopback.
 
-``python -m ops.bench_api [--requests 300] [--duration 30] [--concurrency 16]``
-``python -m ops.bench_api --url http://127.0.0.1:8000 --key a5s_sk_...``
+``python -m bench.api [--requests 300] [--duration 30] [--concurrency 16]``
+``python -m bench.api --url http://127.0.0.1:8000 --key a5s_sk_...``
 
 Without ``--url`` it starts an embedded stack (``a5s up``) in a temporary data directory
 on free ports and makes an account whose limits do not throttle the run; with ``--url``

@@ -1,6 +1,6 @@
 """Zipformer throughput: one chunk at a time vs batches across concurrent jobs.
 
-``python -m ops.bench_asr --engine zipformer (--model-dir DIR | --stand-in) [--batch-sizes 1,8,16]``
+``python -m bench.asr --engine zipformer (--model-dir DIR | --stand-in) [--batch-sizes 1,8,16]``
 
 ``--model-dir`` takes either export form (ONNX runs on sherpa-onnx, TorchScript on torch).
 
@@ -9,7 +9,7 @@ does); then all their chunks are recognised as if from concurrent jobs, through 
 service's own :class:`~pipeline.asr.batching.BatchingTranscriber` with ``max_batch``
 set to each batch size (1 = one at a time). Throughput is audio-hours recognised per
 wall-clock hour of decoding. With ``--model-dir`` (an operator's icefall export) the
-words are scored as ``ops.bench_asr`` scores Whisper's.
+words are scored as ``bench.asr`` scores Whisper's.
 
 No Zipformer weights ship, so ``--stand-in`` scripts a random-weight transducer of a
 Zipformer-medium's order of compute (a 4x-subsampling conv front end, 12 transformer
@@ -139,10 +139,10 @@ async def _decode_all(engine, chunks, batch: int) -> float:
 
 
 def run(args: argparse.Namespace, items: list[dict]) -> None:
-    """Print the throughput table (``args`` from ``ops.bench_asr``)."""
+    """Print the throughput table (``args`` from ``bench.asr``)."""
     from pipeline.engines import AsrLayout, load_zipformer
     from schemas.settings import ModelSettings
-    print("command: python -m ops.bench_asr " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
+    print("command: python -m bench.asr " + " ".join(shlex.quote(a) for a in sys.argv[1:]))
     print("load average before: %.2f %.2f %.2f" % os.getloadavg())
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = args.model_dir or build_stand_in(Path(tmp) / "stand-in")
@@ -165,7 +165,7 @@ def run(args: argparse.Namespace, items: list[dict]) -> None:
             print(f" {batch:5d} {took:8.2f} {rate:11.1f} {rate / base:9.2f}x"
                   f"   (load average {os.getloadavg()[0]:.2f})")
         if args.model_dir:
-            from ops.bench_asr import Result, report
+            from bench.asr import Result, report
             results = []
             for item in items:
                 start = time.perf_counter()

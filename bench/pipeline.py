@@ -1,6 +1,6 @@
 """End-to-end batch benchmark: real speech through the service API, against the bare model.
 
-``python -m ops.bench_pipeline [--asterisk16 60] [--accounts 4] [--min-seconds S]
+``python -m bench.pipeline [--asterisk16 60] [--accounts 4] [--min-seconds S]
 [--url URL --key KEY]``
 
 Starts an embedded stack (``a5s up`` in a temporary directory, as the integration
@@ -44,12 +44,13 @@ from typing import Any
 import httpx
 import jiwer
 
-from .bench_asr import DEFAULT_EVAL, normalized, plain_words, select_items
-from .procstat import stack_cpu
+from bench.asr import DEFAULT_EVAL
+from evaluation.items import choose_items
+from evaluation.text import normalized, plain_words
+from ops.procstat import stack_cpu
 
 __all__ = ["main", "choose_items"]
 
-FULL_GROUPS = ("pocketsphinx", "whisper", "speechbrain", "deepspeech", "asterisk_8k")
 POLL_S = 1.0
 PROBES = ("real/speechbrain/spk1_snt1.wav", "real/whisper/jfk.flac",
           "real/asterisk_8k/basic-pbx-ivr-main.wav")
@@ -73,22 +74,6 @@ class Job:
     """Started to completed, seconds."""
     completed_at: datetime | None = None
     created_at: datetime | None = None
-
-
-def choose_items(manifest: dict[str, Any], asterisk16: int,
-                 min_seconds: float = 0.0) -> list[dict[str, Any]]:
-    """Every scored item of ``FULL_GROUPS`` plus an even sample of asterisk_16k;
-    with ``min_seconds``, only the items at least that long."""
-    scored = [i for i in select_items(manifest, [], None)
-              if not i["reference_text"].lstrip().startswith(("(", "<", "["))]
-    chosen = [i for i in scored if i["path"].split("/")[1] in FULL_GROUPS]
-    a16 = sorted((i for i in scored if i["path"].split("/")[1] == "asterisk_16k"),
-                 key=lambda i: i["path"])
-    if asterisk16 and a16:
-        step = len(a16) / min(asterisk16, len(a16))
-        chosen += [a16[int(k * step)] for k in range(min(asterisk16, len(a16)))]
-    return sorted((i for i in chosen if (i["duration"] or 0.0) >= min_seconds),
-                  key=lambda i: i["path"])
 
 
 def _at(stamp: str) -> datetime:
@@ -280,7 +265,7 @@ def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m ops.bench_pipeline", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")
     parser.add_argument("--asterisk16", type=int, default=60,

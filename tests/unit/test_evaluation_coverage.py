@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from ops.bench_asr import DEFAULT_EVAL
-from ops.realtime_coverage import dev_items, invented_tail, score_utterances
+from pathlib import Path
+
+from evaluation.coverage import dev_items, invented_tail, score_utterances
+
+EVAL = Path(__file__).parents[2].parent / "shared" / "eval"
 
 
 def test_an_utterance_left_out_is_never_shown() -> None:
@@ -27,7 +30,7 @@ def test_invented_tail_is_what_follows_the_last_heard_word() -> None:
 
 
 def test_dev_items_cover_conversations_recordings_and_prompts() -> None:
-    items = dev_items(DEFAULT_EVAL, prompts=5)
+    items = dev_items(EVAL, prompts=5)
     groups = {i.group for i in items}
     assert {"conversation", "whisper", "pocketsphinx", "asterisk_16k"} <= groups
     conv03 = next(i for i in items if i.path.endswith("conv03_overlap.wav"))

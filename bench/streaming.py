@@ -1,6 +1,6 @@
 """Streaming benchmark: WER, final latency, first-partial time and keep-up of the realtime engine.
 
-``python -m ops.bench_streaming [--sessions N ...] [--final-model tiny|base] [--set path=value ...]``
+``python -m bench.streaming [--sessions N ...] [--final-model tiny|base] [--set path=value ...]``
 
 Each session streams ~95 s of real speech (LibriVox, JFK, TIMIT, LJ Speech, speechbrain,
 Asterisk prompts; 1 s pauses between clips, each session in a different order) in 20 ms
