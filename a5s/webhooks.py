@@ -16,8 +16,8 @@ every retry of one event. See ``docs/webhooks.md``.
 
 from __future__ import annotations
 
-from pipeline.webhook_signing import (DEFAULT_TOLERANCE_S, SECRET_PREFIX, SIGNATURE_VERSION,
-                                      WebhookVerificationError, sign, verify)
+from security.signing import (DEFAULT_TOLERANCE_S, SECRET_PREFIX, SIGNATURE_VERSION,
+                              WebhookVerificationError, sign, verify)
 
 __all__ = ["verify", "sign", "WebhookVerificationError", "DEFAULT_TOLERANCE_S", "SECRET_PREFIX",
            "SIGNATURE_VERSION"]

@@ -40,6 +40,7 @@ from schemas.assemblyai import (REFUSED, AaiCreateTranscript, AaiError, AaiPageD
                                 AaiUtterance, AaiWord, is_off)
 from schemas.errors import A5sError, FileTooLarge, InvalidRequest, NotFound
 from schemas.records import TranscriptResult
+from security.tokens import bearer_token
 from stores.context import Context
 
 from .base import (BaseHandler, BodyTooLargeHandler, NotFoundHandler, Principal, WrongMethodHandler,
@@ -249,11 +250,10 @@ class _AaiErrors:
 
     async def authenticate(self) -> Principal:
         """The key as the SDK sends it: bare in ``Authorization`` (``Bearer`` also taken)."""
-        token = self.request.headers.get("Authorization", "").strip()
-        scheme, _, rest = token.partition(" ")
-        if scheme.lower() == "bearer":
-            token = rest.strip()
-        self.principal = await principal_for(self.ctx, token)
+        header = self.request.headers.get("Authorization", "")
+        token = bearer_token(header)
+        self.principal = await principal_for(self.ctx, header.strip() if token is None
+                                             else token)
         return self.principal
 
 

@@ -17,6 +17,7 @@ from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, FileToo
                             InternalError, InvalidRequest, MethodNotAllowed, NotFound,
                             ShuttingDown, Unauthorized)
 from schemas.rows import AccountRow, ApiKeyRow
+from security.tokens import bearer_token
 from stores.context import Context
 
 __all__ = ["BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
@@ -219,11 +220,10 @@ class BaseHandler(ErrorEnvelope):
     # --- auth ---------------------------------------------------------------------------------
 
     async def authenticate(self) -> Principal:
-        header = self.request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer":
+        token = bearer_token(self.request.headers.get("Authorization"))
+        if token is None:
             raise Unauthorized()
-        self.principal = await principal_for(self.ctx, token.strip())
+        self.principal = await principal_for(self.ctx, token)
         return self.principal
 
     def body_as(self, model: type[M]) -> M:

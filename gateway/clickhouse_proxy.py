@@ -15,13 +15,13 @@ proxy has no route for them.
 
 from __future__ import annotations
 
-import hmac
 import json
 from typing import Any
 
 import tornado.web
 
 from schemas.errors import A5sError
+from security.tokens import bearer_token, token_matches
 from stores.clickhouse_wire import ERRORS, OPERATIONS, decode, encode
 from stores.context import Context
 
@@ -39,8 +39,7 @@ class ClickHouseProxyHandler(tornado.web.RequestHandler):
         pass
 
     async def post(self, operation: str) -> None:
-        given = self.request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not token_matches(bearer_token(self.request.headers.get("Authorization")), self.token):
             return self._reply(401, {"error": {"type": "Unauthorized", "log": "bad token"}})
         try:
             args = decode(json.loads(self.request.body or b"{}"))

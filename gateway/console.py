@@ -10,7 +10,6 @@ data directory).
 
 from __future__ import annotations
 
-import hmac
 import secrets
 from datetime import datetime
 from pathlib import Path
@@ -22,6 +21,7 @@ from schemas.errors import SessionRequired
 from schemas.records import LimitsChanged
 from schemas.rows import AccountRow, ApiKeyRow
 from schemas.settings import Settings
+from security.tokens import bearer_token, token_matches
 from topologies.topics import ACCOUNT_EVENTS
 
 from .account import account_resource
@@ -108,8 +108,7 @@ class ConsoleHandler(BaseHandler):
 
     def prepare(self) -> None:
         super().prepare()
-        given = self.request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        if not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not token_matches(bearer_token(self.request.headers.get("Authorization")), self.token):
             raise SessionRequired("The console needs the console token.")
 
     async def describe(self, row: AccountRow, *, secret: bool = False) -> ConsoleAccount:

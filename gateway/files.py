@@ -19,9 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import hmac
-import secrets
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,15 +30,15 @@ from schemas import ids
 from schemas.api import FileObject, UploadUrl
 from schemas.errors import A5sError, FileNotFound, FileTooLarge, InvalidRequest, UploadUrlInvalid
 from schemas.settings import Settings
+from security.signing import (UPLOAD_PATH, sign_upload, upload_signature_matches,
+                              upload_url_key)
 from stores.context import Context
 from stores.objects import S3Store
 
 from .base import BaseHandler
 
 __all__ = ["FilesHandler", "UploadUrlHandler", "PresignedUploadHandler", "UploadRecords",
-           "upload_key", "upload_signing_key", "sign_upload"]
-
-UPLOAD_PATH = "/v1/uploads/"
+           "upload_key", "upload_signing_key"]
 
 
 def upload_key(file_id: str) -> str:
@@ -50,17 +47,7 @@ def upload_key(file_id: str) -> str:
 
 def upload_signing_key(settings: Settings) -> bytes:
     """The secret of gateway-served upload URLs; created once per data directory."""
-    path = Path(settings.data_path) / "upload-url.key"
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_hex(32))
-        path.chmod(0o600)
-    return bytes.fromhex(path.read_text().strip())
-
-
-def sign_upload(key: bytes, file_id: str, expires: int) -> str:
-    message = f"PUT\n{UPLOAD_PATH}{file_id}\n{expires}".encode()
-    return hmac.new(key, message, hashlib.sha256).hexdigest()
+    return upload_url_key(Path(settings.data_path) / "upload-url.key")
 
 
 class UploadRecords:
@@ -217,9 +204,8 @@ class PresignedUploadHandler(_StreamedUpload):
         file_id = self.path_args[0]
         expires = self.get_query_argument("expires", "")
         given = self.get_query_argument("signature", "")
-        key = upload_signing_key(self.ctx.settings)
-        if not expires.isdigit() or not hmac.compare_digest(
-                given.encode(), sign_upload(key, file_id, int(expires)).encode()):
+        if not upload_signature_matches(upload_signing_key(self.ctx.settings), file_id,
+                                        expires, given):
             raise UploadUrlInvalid("The upload URL's signature does not match.",
                                    param="signature")
         if int(expires) < time.time():

@@ -42,6 +42,7 @@ from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, Invalid
 from schemas.realtime import (PROVIDER, Error, Finished, Pong, ProviderError, ProviderStatus,
                               Ready, SessionLimit, TranscriptMessage)
 from schemas.records import RealtimeAudio, RealtimeMessage
+from security.tokens import bearer_token
 from stores.context import Context
 
 from .base import ErrorEnvelope, Principal, principal_for
@@ -181,9 +182,9 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         raise StreamError(Code.origin_not_allowed, f"Origin {origin!r} is not allowed.")
 
     def _bearer(self) -> str | None:
-        scheme, _, token = self.request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and token.strip():
-            return token.strip()
+        token = bearer_token(self.request.headers.get("Authorization"))
+        if token:
+            return token
         for item in self.request.headers.get("Sec-WebSocket-Protocol", "").split(","):
             if item.strip().startswith(KEY_SUBPROTOCOL):
                 return item.strip()[len(KEY_SUBPROTOCOL):]

@@ -27,7 +27,6 @@ from __future__ import annotations
 import base64
 import binascii
 import gzip
-import hmac
 import json
 import socket
 import uuid
@@ -36,6 +35,7 @@ from typing import Any
 
 import tornado.web
 
+from security.tokens import bearer_token, token_matches
 from stores.sql_readonly import ReadOnlySql, SqlError, SqlRequest, http_status
 
 __all__ = ["ClickHouseHttpHandler", "PingHandler", "sql_routes", "parse_sql_request",
@@ -97,8 +97,9 @@ def content_type(fmt: str) -> str:
 def _given_token(request: Any) -> str:
     headers = request.headers
     auth = headers.get("Authorization", "")
-    if auth.startswith("Bearer "):
-        return auth.removeprefix("Bearer ").strip()
+    token = bearer_token(auth)
+    if token is not None:
+        return token
     if auth.startswith("Basic "):
         try:
             return base64.b64decode(auth[6:].strip()).decode().partition(":")[2]
@@ -157,7 +158,7 @@ class ClickHouseHttpHandler(_ClickHouseStyle):
             return self._error(exc, "")
         self.set_header("X-ClickHouse-Timezone", timezone)
         given = _given_token(self.request)
-        if not given or not hmac.compare_digest(given.encode(), self.token.encode()):
+        if not token_matches(given, self.token):
             user = self.get_argument("user", "") or "default"
             return self._error(SqlError(516, "AUTHENTICATION_FAILED",
                                         f"{user}: Authentication failed: the password is the "

@@ -124,7 +124,9 @@ class Stages:
                 raise JobFailed(JobErrorCode.file_not_found,
                                 "The uploaded file is missing or expired.") from exc
             return
-        from .netguard import AddressPolicy, download
+        from security.addresses import AddressPolicy
+
+        from .downloads import download
         allow = self.ctx.settings.allow_private_audio_urls
         policy = AddressPolicy(allow_private=allow, allow_loopback=allow)
         with tempfile.TemporaryDirectory(prefix="a5s-dl-") as tmp:

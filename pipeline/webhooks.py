@@ -38,14 +38,14 @@ from schemas.api import WebhookEvent
 from schemas.assemblyai import AaiWebhook
 from schemas.records import JobSpec, WebhookDue
 from schemas.settings import WebhookSettings
+from security import signing
+from security.addresses import AddressPolicy
+from security.netguard import DeliveryError, post_json
 from stores.context import Context
 from stores.metrics import Metrics
 from stores.objects import ObjectMissing
 from stores.transcripts import Transcripts
 from topologies.topics import CHANGELOG_CONFIG
-
-from . import webhook_signing
-from .netguard import AddressPolicy, DeliveryError, post_json
 
 __all__ = ["Outcome", "Delivery", "Decision", "decide", "advance", "register", "address_policy",
            "event_body", "WebhookSender", "WebhookScheduler", "RETRYABLE_4XX", "MAX_REDIRECTS",
@@ -212,7 +212,7 @@ class WebhookSender:
         value = await self.ctx.redis.get_json("webhook-auth", tid) if name else None
         if name and isinstance(value, str) and name.lower() not in _RESERVED_HEADERS:
             headers[name] = value
-        headers |= webhook_signing.headers(secret, delivery.webhook_id, body)
+        headers |= signing.headers(secret, delivery.webhook_id, body)
         try:
             status: int | None = await post_json(
                 row.webhook_url, body, headers, policy=self.policy,

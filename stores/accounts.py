@@ -13,7 +13,7 @@ import secrets
 from datetime import UTC, datetime
 from typing import Any
 
-from pipeline.webhook_signing import new_secret
+from security.signing import new_secret
 from schemas import ids
 from schemas.errors import InvalidRequest, NotFound
 from schemas.rows import AccountRow, ApiKeyRow

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from gateway.files import sign_upload
+from security.signing import sign_upload
 from schemas.api import (FIELD_MAXIMA, METADATA_MAX_BYTES, Account, DeletedTranscript,
                          FileObject, ModelList, Transcript, TranscriptList, UploadUrl, Usage)
 from schemas.errors import HTTP_ERRORS

@@ -18,15 +18,13 @@ from typing import Any
 
 import pytest
 
-from gateway.console import ConsoleHandler
-from gateway.files import PresignedUploadHandler
-from pipeline import webhook_signing
 from schemas.rows import AccountRow, ApiKeyRow
 from schemas.settings import DefaultLimits
+from security import signing, tokens
 from stores.accounts import KEY_PREFIX, Accounts, hash_key
 
-CHECKS = [Accounts.authenticate, ConsoleHandler.prepare, PresignedUploadHandler.admit,
-          webhook_signing.verify]
+CHECKS = [Accounts.authenticate, tokens.token_matches, signing.upload_signature_matches,
+          signing.verify]
 SECRET_NAMES = ("token", "digest", "signature", "key_hash", "expected", "given", "secret")
 
 

@@ -17,8 +17,10 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from pipeline.netguard import (AddressPolicy, DeliveryError, UnsafeURL, check_url,
-                               classify_address, download, guarded_client, parse_host, post_json)
+from pipeline.downloads import download
+from security.addresses import (AddressPolicy, UnsafeURL, check_url, classify_address,
+                                parse_host)
+from security.netguard import DeliveryError, guarded_client, post_json
 from schemas.errors import JobErrorCode, JobFailed
 
 STRICT = AddressPolicy()

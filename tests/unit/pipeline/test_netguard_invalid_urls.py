@@ -12,7 +12,9 @@ import io
 
 import pytest
 
-from pipeline.netguard import AddressPolicy, DeliveryError, download, post_json
+from pipeline.downloads import download
+from security.addresses import AddressPolicy
+from security.netguard import DeliveryError, post_json
 from schemas.errors import JobFailed
 
 URLS = ["http://0177.0.0.1:1/a.wav", "http://1.2.3.4.5:1/a.wav", "http://[::1:1/a.wav"]

@@ -12,7 +12,7 @@ import pytest
 from faust.types import TP
 
 from a5s.webhooks import WebhookVerificationError, verify
-from pipeline import webhook_signing
+from security import signing
 from pipeline.retention import webhook_window
 from pipeline.webhooks import (Delivery, WebhookScheduler, address_policy, advance, decide,
                                event_body, register)
@@ -109,14 +109,14 @@ def test_address_policy_defaults_allow_private_but_not_loopback_or_metadata() ->
 
 
 def test_receivers_verify_with_the_public_helper() -> None:
-    secret = webhook_signing.new_secret()
+    secret = signing.new_secret()
     body = event_body("completed", "tr_1", {})
-    headers = webhook_signing.headers(secret, "msg_1", body)
+    headers = signing.headers(secret, "msg_1", body)
     verify(secret, headers, body)
     with pytest.raises(WebhookVerificationError):
         verify(secret, headers, body + b" ")
     with pytest.raises(WebhookVerificationError):
-        verify(webhook_signing.new_secret(), headers, body)
+        verify(signing.new_secret(), headers, body)
 
 
 def test_spec_is_kept_for_the_whole_webhook_window() -> None:

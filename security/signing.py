@@ -1,13 +1,16 @@
-"""Standard Webhooks signatures for webhook deliveries (spec section 5.8).
+"""HMAC signatures the service hands out and checks: webhook deliveries and upload URLs.
 
-A delivery carries ``webhook-id``, ``webhook-timestamp`` and ``webhook-signature``.
-The signature is ``v1,<base64 HMAC-SHA256>`` keyed with the base64-decoded account
-secret (``whsec_<base64>``) over ``{webhook-id}.{webhook-timestamp}.{raw body}``.
-Receivers reject timestamps more than five minutes away from their clock, which
-bounds replays; ``webhook-id`` stays the same across retries so they can de-duplicate.
+**Webhooks** (Standard Webhooks, spec section 5.8). A delivery carries ``webhook-id``,
+``webhook-timestamp`` and ``webhook-signature``. The signature is ``v1,<base64
+HMAC-SHA256>`` keyed with the base64-decoded account secret (``whsec_<base64>``) over
+``{webhook-id}.{webhook-timestamp}.{raw body}``. Receivers reject timestamps more than
+five minutes away from their clock, which bounds replays; ``webhook-id`` stays the same
+across retries so they can de-duplicate. ``verify`` is what a receiver runs; the client
+SDK (:mod:`a5s.webhooks`) re-exports it, so both sides of the contract live in one module.
 
-``verify`` is what a receiver runs; the service uses it in tests and in the
-example receiver, so both sides of the contract live in one module.
+**Upload URLs** served by the gateway for the file store: ``<UPLOAD_PATH><file_id>?expires=
+<unix s>&signature=<hex>``, the signature an HMAC-SHA256 over ``PUT\n<path>\n<expires>``
+keyed with a per-data-directory secret (:func:`upload_url_key`).
 """
 
 from __future__ import annotations
@@ -19,10 +22,12 @@ import hmac
 import secrets
 import time
 from collections.abc import Mapping
+from pathlib import Path
 
 __all__ = [
     "SECRET_PREFIX", "SIGNATURE_VERSION", "DEFAULT_TOLERANCE_S", "WebhookVerificationError",
     "new_secret", "sign", "headers", "verify",
+    "UPLOAD_PATH", "upload_url_key", "sign_upload", "upload_signature_matches",
 ]
 
 SECRET_PREFIX = "whsec_"
@@ -113,3 +118,31 @@ def verify(secret: str, headers: Mapping[str, str], body: bytes, *,
         if version == SIGNATURE_VERSION and hmac.compare_digest(value.encode(), expected):
             return
     raise WebhookVerificationError("no matching signature")
+
+
+# --- upload URLs -----------------------------------------------------------------------------
+
+UPLOAD_PATH = "/v1/uploads/"
+"""The path of a gateway-served upload URL; the signature covers it."""
+
+
+def upload_url_key(path: Path) -> bytes:
+    """The secret of upload URLs, kept in ``path`` (mode 0600); created on first use."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_hex(32))
+        path.chmod(0o600)
+    return bytes.fromhex(path.read_text().strip())
+
+
+def sign_upload(key: bytes, file_id: str, expires: int) -> str:
+    """The hex ``signature`` of an upload URL for ``file_id`` valid until ``expires``."""
+    message = f"PUT\n{UPLOAD_PATH}{file_id}\n{expires}".encode()
+    return hmac.new(key, message, hashlib.sha256).hexdigest()
+
+
+def upload_signature_matches(key: bytes, file_id: str, expires: str, signature: str) -> bool:
+    """Whether the query's ``expires`` and ``signature`` were signed for ``file_id`` (compared
+    in constant time; expiry is the caller's to check)."""
+    return expires.isdigit() and hmac.compare_digest(
+        signature.encode(), sign_upload(key, file_id, int(expires)).encode())

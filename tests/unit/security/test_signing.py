@@ -8,8 +8,8 @@ import hmac
 
 import pytest
 
-from pipeline.webhook_signing import (WebhookVerificationError, headers, new_secret, sign,
-                                      verify)
+from security.signing import (WebhookVerificationError, headers, new_secret, sign, sign_upload,
+                              upload_signature_matches, upload_url_key, verify)
 
 NOW = 1_700_000_000
 BODY = b'{"event":"transcript.completed","id":"tr_1","status":"completed","metadata":{}}'
@@ -102,3 +102,20 @@ def test_bad_secret() -> None:
         sign("whsec_not base64!", "msg_1", NOW, BODY)
     with pytest.raises(WebhookVerificationError):
         verify("whsec_not base64!", headers(new_secret(), "msg_1", BODY, now=NOW), BODY, now=NOW)
+
+
+# --- upload URLs -------------------------------------------------------------------------------
+
+def test_upload_signature_binds_file_and_expiry(tmp_path) -> None:
+    key = upload_url_key(tmp_path / "keys" / "upload-url.key")
+    assert upload_url_key(tmp_path / "keys" / "upload-url.key") == key   # created once, reread
+    assert (tmp_path / "keys" / "upload-url.key").stat().st_mode & 0o777 == 0o600
+    signature = sign_upload(key, "file_abc", 1_900_000_000)
+    expected = hmac.new(key, b"PUT\n/v1/uploads/file_abc\n1900000000", hashlib.sha256).hexdigest()
+    assert signature == expected
+    assert upload_signature_matches(key, "file_abc", "1900000000", signature)
+    assert not upload_signature_matches(key, "file_abd", "1900000000", signature)
+    assert not upload_signature_matches(key, "file_abc", "1900000001", signature)
+    assert not upload_signature_matches(key, "file_abc", "-1", signature)
+    assert not upload_signature_matches(key, "file_abc", "", signature)
+    assert not upload_signature_matches(b"other" * 8, "file_abc", "1900000000", signature)
