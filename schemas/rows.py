@@ -1,4 +1,4 @@
-"""Row shapes of the ClickHouse tables (``ops/ddl``), and their mapping to API resources."""
+"""Row shapes of the ClickHouse tables (``stores/ddl``), and their mapping to API resources."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The driver is blocking, so every call runs on one dedicated thread: chdb wants a
 single owner, and it keeps the event loop free. Inserts into one table that wait
 for that thread are written together (group commit: one part instead of many,
 and each caller still returns only once its rows are stored). Schema comes from
-the versioned DDL files in ``ops/ddl`` applied once each, in order.
+the versioned DDL files in ``stores/ddl`` applied once each, in order.
 """
 
 from __future__ import annotations
@@ -186,7 +186,7 @@ class ClickHouse:
         done = {r["version"] for r in await self.query(
             "SELECT version FROM {db}.schema_migrations FINAL")}
         applied = []
-        files = sorted((p for p in resources.files("ops").joinpath(MIGRATIONS).iterdir()
+        files = sorted((p for p in resources.files("stores").joinpath(MIGRATIONS).iterdir()
                         if p.name.endswith(".sql")), key=lambda p: p.name)
         for item in files:
             version = item.name.removesuffix(".sql")
