@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ops.sql_cli import sql as sql_command
-from schemas.settings import Settings
+from schemas.settings import Settings, SettingsError, load_settings
 
 __all__ = ["main"]
 
@@ -22,18 +22,13 @@ __all__ = ["main"]
 def _settings(data_dir: str | None, check: bool = True) -> Settings:
     """The settings, or a one-line error naming the bad ``A5S_*`` variable or config entry;
     ``check``: validate the engine settings too (what serves models)."""
-    from pydantic import ValidationError
     try:
-        settings = Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
-    except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        name = "A5S_" + "__".join(str(p) for p in err.get("loc", ())).upper()
-        raise click.ClickException(f"setting {name} (or its entry in $A5S_CONFIG): "
-                                   f"{err.get('msg', 'invalid value')} "
-                                   f"(got {err.get('input')!r})") from exc
+        settings = load_settings(data_dir)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from exc
     if not check:
         return settings
-    from ops.models_check import startup_check
+    from pipeline.worker import startup_check
     try:
         startup_check(settings)
     except FileNotFoundError as exc:  # one line, before anything starts
@@ -191,17 +186,17 @@ def serve(data_dir: str | None) -> None:
 @main.command()
 @data_dir_option
 def gateway(data_dir: str | None) -> None:
-    """The REST and WebSocket gateway alone (distributed deployments)."""
-    from ops.service import run
-    sys.exit(run(_settings(data_dir), {"gateway"}))
+    """The REST and WebSocket gateway alone (distributed deployments; ``python -m gateway``)."""
+    from gateway.serve import run
+    sys.exit(run(_settings(data_dir)))
 
 
 @main.command()
 @data_dir_option
 def worker(data_dir: str | None) -> None:
-    """A pipeline worker alone (distributed deployments)."""
-    from ops.service import run
-    sys.exit(run(_settings(data_dir), {"worker"}))
+    """A pipeline worker alone (distributed deployments; ``python -m pipeline``)."""
+    from pipeline.worker import run
+    sys.exit(run(_settings(data_dir)))
 
 
 @main.group()

@@ -1,4 +1,5 @@
-"""``a5s models check DIR`` and the start-up check of the engine settings.
+"""``a5s models check DIR`` (the start-up check of the engine settings is
+:func:`pipeline.worker.startup_check`).
 
 The check says which icefall export a directory holds, what its files declare
 (model type, vocabulary size, streaming or not), and decodes a bundled clip (JFK's
@@ -13,26 +14,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from schemas.settings import Settings
-
-__all__ = ["startup_check", "check_dir", "CLIP"]
+__all__ = ["check_dir", "CLIP"]
 
 CLIP = Path(__file__).parent / "assets" / "jfk.ogg"
-
-
-def startup_check(settings: Settings) -> dict[str, str]:
-    """Validate the engine settings before anything starts.
-
-    Returns:
-        model id -> engine description.
-
-    Raises:
-        FileNotFoundError: one line naming the setting and what is missing.
-    """
-    from pipeline.models import check_engines
-    m = settings.models
-    return check_engines(m.batch_engine, m.batch_model_dir, m.streaming_engine,
-                         m.streaming_model_dir)
 
 
 def _onnx_meta(path: Path) -> dict[str, str]:

@@ -15,12 +15,12 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
                                TomlConfigSettingsSource)
 
 __all__ = ["Settings", "DefaultLimits", "EmbeddedPorts", "WebhookSettings", "ModelSettings",
-           "RealtimeSettings"]
+           "RealtimeSettings", "SettingsError", "load_settings"]
 
 
 class DefaultLimits(BaseModel):
@@ -237,3 +237,23 @@ class Settings(BaseSettings):
     @property
     def console_url(self) -> str:
         return f"http://127.0.0.1:{self.console_port}"
+
+
+class SettingsError(ValueError):
+    """A bad ``A5S_*`` variable or config entry, in one line fit for a terminal."""
+
+
+def load_settings(data_dir: str | None = None) -> Settings:
+    """The settings of an entry point (``data_dir`` overrides ``A5S_DATA_DIR``).
+
+    Raises:
+        SettingsError: naming the first bad variable, what is wrong and the value given.
+    """
+    try:
+        return Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        name = "A5S_" + "__".join(str(p) for p in err.get("loc", ())).upper()
+        raise SettingsError(f"setting {name} (or its entry in $A5S_CONFIG): "
+                            f"{err.get('msg', 'invalid value')} "
+                            f"(got {err.get('input')!r})") from exc
