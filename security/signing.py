@@ -144,5 +144,5 @@ def sign_upload(key: bytes, file_id: str, expires: int) -> str:
 def upload_signature_matches(key: bytes, file_id: str, expires: str, signature: str) -> bool:
     """Whether the query's ``expires`` and ``signature`` were signed for ``file_id`` (compared
     in constant time; expiry is the caller's to check)."""
-    return expires.isdigit() and hmac.compare_digest(
+    return expires.isascii() and expires.isdigit() and hmac.compare_digest(
         signature.encode(), sign_upload(key, file_id, int(expires)).encode())

@@ -165,7 +165,7 @@ def pace_empty_fetches(pause_s: float = 0.05) -> None:
     broker answers at once, so every idle consumer (Faust's, the realtime ones) would
     spin, measured at about 70% of a core for an idle service. Pausing at most
     ``pause_s`` after an empty answer costs a record at most that much latency.
-    Installed only for the embedded broker (``ops.service``).
+    Installed only for the embedded broker (``stores.process``).
     """
     from aiokafka.consumer import consumer as consumer_module
     from aiokafka.consumer.fetcher import Fetcher

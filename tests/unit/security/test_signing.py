@@ -118,4 +118,5 @@ def test_upload_signature_binds_file_and_expiry(tmp_path) -> None:
     assert not upload_signature_matches(key, "file_abc", "1900000001", signature)
     assert not upload_signature_matches(key, "file_abc", "-1", signature)
     assert not upload_signature_matches(key, "file_abc", "", signature)
+    assert not upload_signature_matches(key, "file_abc", "\u00b2", signature)  # a digit to isdigit()
     assert not upload_signature_matches(b"other" * 8, "file_abc", "1900000000", signature)
