@@ -10,8 +10,9 @@ speakers to maximise agreement (Hungarian assignment). A hypothesis turn is anyt
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, Sequence
+from typing import Protocol
 
 import av
 import numpy as np
@@ -32,8 +33,9 @@ SCORED = [
 ]
 
 
-
 class Turn(Protocol):
+    """One speaker turn of a hypothesis (the service's ``SpeakerTurn`` is one)."""
+
     speaker: int
     start: float
     end: float

@@ -7,6 +7,7 @@ import re
 __all__ = ["plain_words", "normalized"]
 
 _PUNCT = re.compile(r"[^a-z0-9' ]+")
+_NORMALIZER = None
 
 
 def plain_words(text: str) -> str:
@@ -26,6 +27,3 @@ def normalized(text: str) -> str:
         from whisper_normalizer.english import EnglishTextNormalizer
         _NORMALIZER = EnglishTextNormalizer()
     return " ".join(_NORMALIZER(text).split())
-
-
-_NORMALIZER = None
