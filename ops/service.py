@@ -31,8 +31,6 @@ ROLES = {"gateway", "worker"}
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 DRAIN_S = 10.0
 """How long admitted requests may take to finish once stopping has begun."""
-PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize", "publish",
-                   "webhooks", "retention", "realtime"}
 
 
 async def ensure_default_account(ctx: Context) -> None:
@@ -137,7 +135,7 @@ def _run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoo
     app = create_app(settings)
     engines = Engines(settings, ctx.metrics.registry)
     pipeline = Pipeline(app, ctx, engines)
-    pipeline.register(PIPELINE_AGENTS)
+    pipeline.register()  # every worker node of topologies.GRAPH, by its handler
     threading.Thread(target=engines.warm, name="models-warm", daemon=True).start()
 
     @app.task
