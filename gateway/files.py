@@ -34,15 +34,12 @@ from security.signing import (UPLOAD_PATH, sign_upload, upload_signature_matches
                               upload_url_key)
 from stores.context import Context
 from stores.objects import S3Store
+from topologies.objects import upload_key
 
 from .base import BaseHandler
 
 __all__ = ["FilesHandler", "UploadUrlHandler", "PresignedUploadHandler", "UploadRecords",
            "upload_key", "upload_signing_key"]
-
-
-def upload_key(file_id: str) -> str:
-    return f"uploads/{file_id}"
 
 
 def upload_signing_key(settings: Settings) -> bytes:
@@ -59,17 +56,16 @@ class UploadRecords:
     async def save(self, account_id: str, file_id: str, nbytes: int | None,
                    created_at: datetime) -> FileObject:
         ttl = self.ctx.settings.upload_ttl_s
-        await self.ctx.redis.set_json({"account_id": account_id, "bytes": nbytes,
-                                       "created_at": created_at.isoformat()},
-                                      "upload", file_id, ttl_s=ttl)
+        await self.ctx.redis.save_upload(file_id, {"account_id": account_id, "bytes": nbytes,
+                                                   "created_at": created_at.isoformat()}, ttl)
         return FileObject(id=file_id, bytes=nbytes, created_at=created_at,
                           expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
 
     async def get(self, file_id: str) -> dict[str, Any] | None:
-        return await self.ctx.redis.get_json("upload", file_id)
+        return await self.ctx.redis.upload(file_id)
 
     async def claimed(self, file_id: str) -> bool:
-        return await self.ctx.redis.get_json("upload-claim", file_id) is not None
+        return await self.ctx.redis.upload_claim(file_id) is not None
 
 
 @tornado.web.stream_request_body

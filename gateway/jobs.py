@@ -25,19 +25,17 @@ from schemas.records import Canceled, JobSpec, Submitted, TranscriptResult
 from schemas.rows import TranscriptRow, UsageEventRow
 from stores.context import Context
 from stores.transcripts import Transcripts
+from topologies.objects import JobFiles, upload_key
+from topologies.redis_keys import IDEMPOTENCY
 from topologies.topics import ACCOUNT_EVENTS
 
 from .base import Principal
 
-__all__ = ["JobService", "spec_key", "IDEMPOTENCY_TTL_S"]
+__all__ = ["JobService", "IDEMPOTENCY_TTL_S"]
 
 log = logging.getLogger("a5s.gateway")
 IDEMPOTENCY_TTL_S = 31 * 24 * 3600
 PENDING = "pending"
-
-
-def spec_key(transcript_id: str) -> str:
-    return f"jobs/{transcript_id}/spec.json"
 
 
 class JobService:
@@ -71,12 +69,13 @@ class JobService:
             transcript = await self._admit(who, body, webhook_format, speakers_expected)
         except BaseException:
             if idempotency_key is not None:
-                await self.ctx.redis.delete("idem", account.id, _idem_hash(idempotency_key))
+                await self.ctx.redis.delete(*IDEMPOTENCY.key(account.id,
+                                                              _idem_hash(idempotency_key)))
             raise
         if idempotency_key is not None:
             await self.ctx.redis.set_json(
-                {"body": _body_hash(body), "transcript_id": transcript.id}, "idem", account.id,
-                _idem_hash(idempotency_key), ttl_s=IDEMPOTENCY_TTL_S)
+                {"body": _body_hash(body), "transcript_id": transcript.id},
+                *IDEMPOTENCY.key(account.id, _idem_hash(idempotency_key)), ttl_s=IDEMPOTENCY_TTL_S)
         return transcript, True
 
     async def _claim_idempotency(self, account_id: str, key: str,
@@ -85,7 +84,7 @@ class JobService:
             raise InvalidRequest("Idempotency-Key must be 1 to 255 characters.",
                                  param="Idempotency-Key")
         digest = _body_hash(body)
-        slot = ("idem", account_id, _idem_hash(key))
+        slot = IDEMPOTENCY.key(account_id, _idem_hash(key))
         for _ in range(200):
             if await self.ctx.redis.set_json({"body": digest, "transcript_id": PENDING}, *slot,
                                              ttl_s=60, only_new=True):
@@ -135,9 +134,9 @@ class JobService:
                             metadata=Transcripts.metadata_json(body.metadata),
                             webhook_url=body.webhook_url)
         try:
-            await ctx.objects.put_bytes(spec_key(tid), spec.model_dump_json().encode())
+            await ctx.objects.put_bytes(JobFiles(tid).spec, spec.model_dump_json().encode())
             if body.webhook_auth_header_value is not None:
-                await ctx.redis.set_json(body.webhook_auth_header_value, "webhook-auth", tid)
+                await ctx.redis.set_webhook_auth(tid, body.webhook_auth_header_value)
             await self.transcripts.insert(row)
             await ctx.producer.send(ACCOUNT_EVENTS, account.id, Submitted(
                 account_id=account.id, transcript_id=tid, at=now, limits=account.limits))
@@ -153,7 +152,7 @@ class JobService:
         log.warning("withdrawing %s: its submission could not be published", row.id)
         for step in (self.transcripts.change(row.id, "deleted", account_id=row.account_id),
                      self.ctx.redis.dequeue(row.account_id, row.id),
-                     self.ctx.objects.delete_prefix(f"jobs/{row.id}/"),
+                     self.ctx.objects.delete_prefix(JobFiles(row.id).prefix),
                      self._release_upload(row.file_id)):
             try:
                 await step
@@ -163,18 +162,17 @@ class JobService:
     # --- uploads ------------------------------------------------------------------------------
 
     async def _claim_upload(self, account_id: str, file_id: str, transcript_id: str) -> None:
-        record = await self.ctx.redis.get_json("upload", file_id)
+        record = await self.ctx.redis.upload(file_id)
         if (record is None or record.get("account_id") != account_id
-                or not await self.ctx.objects.exists(f"uploads/{file_id}")):
+                or not await self.ctx.objects.exists(upload_key(file_id))):
             raise FileNotFound(param="file_id")
-        if not await self.ctx.redis.set_json(transcript_id, "upload-claim", file_id,
-                                             ttl_s=IDEMPOTENCY_TTL_S, only_new=True):
+        if not await self.ctx.redis.claim_upload(file_id, transcript_id, IDEMPOTENCY_TTL_S):
             raise FileNotFound("This file was already used for a transcript; upload it again.",
                                param="file_id")
 
     async def _release_upload(self, file_id: str | None) -> None:
         if file_id is not None:
-            await self.ctx.redis.delete("upload-claim", file_id)
+            await self.ctx.redis.release_upload(file_id)
 
     # --- read ---------------------------------------------------------------------------------
 
@@ -209,7 +207,7 @@ class JobService:
             raise NotFound(f"No transcript {transcript_id!r}.")
         summary = row.summary()
         if row.status in ("queued", "processing"):
-            await self.ctx.redis.set_json(True, "canceled", row.id, ttl_s=7 * 24 * 3600)
+            await self.ctx.redis.mark_canceled(row.id)
             await self.ctx.producer.send(ACCOUNT_EVENTS, account.id, Canceled(
                 account_id=account.id, transcript_id=row.id, at=datetime.now(UTC)))
             await self.ctx.redis.dequeue(account.id, row.id)
@@ -218,10 +216,10 @@ class JobService:
             await self.transcripts.change(row.id, "deleted", account_id=row.account_id)
         else:
             await self.transcripts.delete(row)
-        await self.ctx.objects.delete_prefix(f"jobs/{row.id}/")
-        await self.ctx.redis.delete("webhook-auth", row.id)
+        await self.ctx.objects.delete_prefix(JobFiles(row.id).prefix)
+        await self.ctx.redis.drop_webhook_auth(row.id)
         if row.file_id:
-            await self.ctx.objects.delete(f"uploads/{row.file_id}")
+            await self.ctx.objects.delete(upload_key(row.file_id))
         return DeletedTranscript(**TranscriptSummary.model_validate(summary).model_dump())
 
 

@@ -36,9 +36,10 @@ from schemas.errors import (A5sError, FileTooLarge, InternalError, InvalidReques
                             UnsupportedModel, UpstreamTimeout, UsageLimitReached)
 from schemas.records import TranscriptResult
 from stores.context import Context
+from topologies.objects import upload_key
 
 from .base import BaseHandler
-from .files import UploadRecords, upload_key
+from .files import UploadRecords
 from .jobs import JobService
 from .subtitles import render_srt, render_vtt
 

@@ -217,7 +217,8 @@ def models_check(model_dir: Path) -> None:
 
 @main.command()
 def topology() -> None:
-    """Print every topic and which component reads and writes it."""
+    """Print the dataflow: every node, topic, table, object key and Redis key, and who reads
+    and writes each (docs/architecture.md)."""
     from topologies import describe
     click.echo(describe(Settings().topic_prefix))
 

@@ -1,6 +1,9 @@
-"""The Faust app: agents registered from ``topologies.GRAPH``, around the stage functions.
+"""The Faust app: agents, timers and tasks registered from ``topologies.GRAPH`` alone.
 
-Agents are thin: decode the record, call the stage, retry what failed for a
+Each worker node of the graph names its handler: a stage's ``run(ports, record)``
+(``pipeline.stages``) or a ``Pipeline.install_*`` method for the other nodes. Every
+publish goes through a function bound to its node, which refuses a topic the node does
+not declare. Agents are thin: decode the record, call the stage, retry what failed for a
 transient reason, and end the job with ``internal_error`` when retries run out.
 Sends go out with ``send_and_wait`` before the source offset is acknowledged,
 so a crash replays the record rather than losing its effects.
@@ -9,6 +12,7 @@ so a crash replays the record rather than losing its effects.
 from __future__ import annotations
 
 import asyncio
+import importlib
 import logging
 import time
 from collections.abc import Awaitable, Callable, Collection
@@ -24,7 +28,8 @@ from schemas.rows import UsageEventRow
 from schemas.settings import Settings
 from stores.context import Context
 from stores.transcripts import Transcripts
-from topologies.graph import node
+from topologies.graph import Node, worker_nodes
+from topologies.tables import ACCOUNTS
 from topologies.topics import ADMISSIONS, CHANGELOG_CONFIG, DISPATCH, SETTLED, TopicSpec
 
 from .accounts import AccountState, Effects, apply
@@ -32,10 +37,13 @@ from .engines import Engines
 from .faust_transport import App
 from .reconcile import RECONCILE_INTERVAL_S, Reconciler
 from .retention import SWEEP_INTERVAL_S, sweep_once
-from .stages import Stages
+from .stages import Ports, Publish, fail
+from .stages.decode import url_fetcher
+from .stages.ports import Fetch
+from .stages.publish import settle
 from .webhooks import SCAN_INTERVAL_S, WebhookScheduler, WebhookSender
 
-__all__ = ["create_app", "Pipeline"]
+__all__ = ["create_app", "Pipeline", "resolve"]
 
 log = logging.getLogger("a5s.pipeline")
 
@@ -53,6 +61,15 @@ def create_app(settings: Settings) -> faust.App:
         key_serializer="raw", value_serializer="raw", logging_config=None)
 
 
+def resolve(dotted: str) -> Any:
+    """The object a graph node names as its handler: ``module:attr.attr``."""
+    module, _, path = dotted.partition(":")
+    target: Any = importlib.import_module(module)
+    for part in path.split("."):
+        target = getattr(target, part)
+    return target
+
+
 def _is_new_job(old: AccountState, event: Any) -> bool:
     """A ``submitted`` event seen for the first time (not a replay)."""
     tid = getattr(event, "transcript_id", None)
@@ -66,18 +83,22 @@ def _first_settled(old: AccountState, fx: Effects) -> set[str]:
 
 
 class Pipeline:
-    """Binds one process's ``Context`` and models to the Faust agents of the graph."""
+    """Binds one process's ``Context`` and models to the nodes of ``topologies.GRAPH``."""
 
-    def __init__(self, app: faust.App, ctx: Context, engines: Engines) -> None:
+    def __init__(self, app: faust.App, ctx: Context, engines: Engines, *,
+                 transcripts: Any = None, fetch: Fetch | None = None) -> None:
+        """``transcripts`` and ``fetch`` replace the ClickHouse store and the ``audio_url``
+        download (tests run the wiring on in-memory ones)."""
         self.app = app
         self.ctx = ctx
         self.settings = ctx.settings
         self.engines = engines
-        self.transcripts = Transcripts(ctx.ch)
+        self.transcripts = transcripts if transcripts is not None else Transcripts(ctx.ch)
+        self.fetch = fetch if fetch is not None else url_fetcher(ctx.settings)
         self._topics: dict[str, Any] = {}
-        self.stages = Stages(ctx, engines, self.publish)
-        self.accounts = app.Table("accounts", default=None, key_type=str, value_type=bytes,
+        self.accounts = app.Table(ACCOUNTS.name, default=None, key_type=str, value_type=bytes,
                                   partitions=self.settings.partitions,
+                                  use_partitioner=ACCOUNTS.use_partitioner,
                                   extra_topic_configs=CHANGELOG_CONFIG)
 
     def topic(self, spec: TopicSpec[Any]) -> Any:
@@ -88,50 +109,76 @@ class Pipeline:
                                                 self.settings.partitions)
         return self._topics[name]
 
-    async def publish(self, spec: TopicSpec[Any], key: str, value: Any) -> None:
-        await self.app.producer.send_and_wait(self.settings.topic_prefix + spec.name,
-                                              key.encode(), spec.encode(value), None, None,
-                                              None)
+    async def send(self, topic: str, key: bytes, value: bytes) -> None:
+        """Every record of the worker goes out here, acknowledged before the source offset."""
+        await self.app.producer.send_and_wait(topic, key, value, None, None, None)
 
-    def register(self, names: set[str]) -> None:
-        handlers: dict[str, Callable[[Any], Awaitable[None]]] = {
-            "decode": self.stages.decode, "chunk": self.stages.chunk,
-            "transcribe": self.stages.transcribe, "diarize": self.stages.diarize,
-            "finalize": self.stages.finalize, "publish": self.stages.publish_outcome,
-        }
-        if "accounts" in names:
-            self._agent("accounts", self.on_account_event, retries=None)
-            self.reconciler = Reconciler(self.app, self.ctx, self.accounts, self.publish)
-            self.app.timer(RECONCILE_INTERVAL_S, name="a5s.reconcile")(self.reconciler.tick)
-        if "webhooks" in names:
-            self._register_webhooks()
-        if "retention" in names:
-            self.app.timer(SWEEP_INTERVAL_S, name="a5s.retention")(self.sweep)
-        if "realtime" in names:
-            self._register_realtime()
-        for name, handler in handlers.items():
-            if name in names:
-                self._agent(name, handler, retries=None if name in ("finalize", "publish")
-                            else self.settings.stage_retries)
+    def publisher(self, item: Node) -> Publish:
+        """``item``'s publish: refuses (``UndeclaredWrite``) a topic it does not declare."""
 
-    def _register_realtime(self) -> None:
+        async def publish(spec: TopicSpec[Any], key: str, value: Any) -> None:
+            item.check_write(spec)
+            await self.send(self.settings.topic_prefix + spec.name, key.encode(),
+                            spec.encode(value))
+
+        return publish
+
+    def ports(self, item: Node) -> Ports:
+        return Ports(objects=self.ctx.objects, transcripts=self.transcripts,
+                     publish=self.publisher(item), flags=self.ctx.redis, models=self.engines,
+                     settings=self.settings, fetch=self.fetch)
+
+    def register(self, only: Collection[str] | None = None) -> list[str]:
+        """Install every worker node of the graph (or those named in ``only``) by its handler;
+        the names installed."""
+        installed = []
+        for item in worker_nodes():
+            if only is not None and item.name not in only:
+                continue
+            handler = resolve(item.handler or "")
+            if item.kind == "stage":
+                self._stage(item, handler)
+            else:
+                handler(self, item)
+            installed.append(item.name)
+        return installed
+
+    # --- service nodes (named as handlers in topologies.GRAPH) ----------------------------------
+
+    def install_accounts(self, item: Node) -> None:
+        self.accounts_node = item
+        self.accounts_ports = self.ports(item)
+        self._agent(item, self.on_account_event, retries=None)
+
+    def install_reconcile(self, item: Node) -> None:
+        self.reconciler = Reconciler(self.app, self.ctx, self.accounts, self.publisher(item))
+        self.app.timer(RECONCILE_INTERVAL_S, name="a5s.reconcile")(self.reconciler.tick)
+
+    def install_realtime(self, item: Node) -> None:
         """Live sessions: a task running the realtime agent's own low-latency consumer."""
         from .realtime.agent import RealtimeAgent
-        self.realtime = RealtimeAgent(self.settings, self.ctx.producer.send)
+
+        async def send(spec: TopicSpec[Any], key: str, value: Any) -> Any:
+            item.check_write(spec)
+            return await self.ctx.producer.send(spec, key, value)
+
+        self.realtime = RealtimeAgent(self.settings, send)
 
         async def realtime() -> None:
             await self.realtime.serve()
 
         self.app.task(realtime)
 
-    def _register_webhooks(self) -> None:
+    def install_webhooks(self, item: Node) -> None:
         """The ``webhooks`` agent fills the delivery table; a timer delivers what is due."""
         self.webhooks = WebhookScheduler(
             self.app, self.ctx, WebhookSender(self.ctx, self.transcripts),
-            topic=self.settings.topic_prefix + node("webhooks").reads[0].name,
-            metrics=self.ctx.metrics)
-        self._agent("webhooks", self.webhooks.on_due, retries=None)
+            topic=self.settings.topic_prefix + item.reads[0].name, metrics=self.ctx.metrics)
+        self._agent(item, self.webhooks.on_due, retries=None)
         self.app.timer(SCAN_INTERVAL_S, name="a5s.webhooks-due")(self.webhooks.tick)
+
+    def install_retention(self, item: Node) -> None:
+        self.app.timer(SWEEP_INTERVAL_S, name="a5s.retention")(self.sweep)
 
     async def sweep(self) -> None:
         """The periodic retention sweep; a failure waits for the next interval."""
@@ -142,31 +189,43 @@ class Pipeline:
         except Exception as exc:  # the timer must keep running; the next sweep redoes it
             log.warning("retention sweep failed: %r", exc, exc_info=True)
 
-    def _agent(self, name: str, handler: Callable[[Any], Awaitable[None]],
-               retries: int | None) -> None:
-        spec = node(name).reads[0]
+    # --- agents --------------------------------------------------------------------------------
+
+    def _stage(self, item: Node, run: Callable[[Ports, Any], Awaitable[None]]) -> None:
+        ports = self.ports(item)
+
+        async def handler(record: Any) -> None:
+            await run(ports, record)
+
+        self._agent(item, handler, retries=None if item.retry_forever
+                    else self.settings.stage_retries, ports=ports)
+
+    def _agent(self, item: Node, handler: Callable[[Any], Awaitable[None]],
+               retries: int | None, ports: Ports | None = None) -> None:
+        spec = item.reads[0]
         # Several transcribe actors keep several jobs in flight, so their chunks can share
         # ASR batches (pipeline.asr.batching); the other stages take one record at a time.
-        concurrency = self.settings.models.transcribe_concurrency if name == "transcribe" else 1
+        concurrency = self.settings.models.transcribe_concurrency if item.batched else 1
+        publish = ports.publish if ports is not None else self.publisher(item)
 
         async def agent(stream: Any) -> None:
             async for raw in stream:
                 record = spec.decode(raw)
-                await self._run(name, handler, record, retries)
+                await self._run(item.name, handler, record, retries, publish)
 
-        agent.__name__ = agent.__qualname__ = name
-        self.app.agent(self.topic(spec), name=f"a5s.{name}", concurrency=concurrency)(agent)
+        agent.__name__ = agent.__qualname__ = item.name
+        self.app.agent(self.topic(spec), name=f"a5s.{item.name}", concurrency=concurrency)(agent)
 
     async def _run(self, name: str, handler: Callable[[Any], Awaitable[None]], record: Any,
-                   retries: int | None) -> None:
+                   retries: int | None, publish: Publish) -> None:
         started = time.perf_counter()
         try:
-            await self._attempts(name, handler, record, retries)
+            await self._attempts(name, handler, record, retries, publish)
         finally:
             self.ctx.metrics.stage_duration.labels(name).observe(time.perf_counter() - started)
 
     async def _attempts(self, name: str, handler: Callable[[Any], Awaitable[None]], record: Any,
-                        retries: int | None) -> None:
+                        retries: int | None, publish: Publish) -> None:
         attempt = 0
         while True:
             try:
@@ -175,8 +234,8 @@ class Pipeline:
             except JobFailed as exc:
                 log.info("%s %s: %s", name, getattr(record, "transcript_id", "?"), exc)
                 self.ctx.metrics.stage_failures.labels(name).inc()
-                await self.stages.fail(record.account_id, record.transcript_id, exc.code,
-                                       exc.message)
+                await fail(publish, record.account_id, record.transcript_id, exc.code,
+                           exc.message)
                 return
             except asyncio.CancelledError:
                 raise
@@ -186,10 +245,10 @@ class Pipeline:
                             exc_info=attempt == 1)
                 if retries is not None and attempt > retries:
                     self.ctx.metrics.stage_failures.labels(name).inc()
-                    await self.stages.fail(record.account_id, record.transcript_id,
-                                           JobErrorCode.internal_error,
-                                           "Processing failed after automatic retries; "
-                                           "resubmit the job.")
+                    await fail(publish, record.account_id, record.transcript_id,
+                               JobErrorCode.internal_error,
+                               "Processing failed after automatic retries; "
+                               "resubmit the job.")
                     return
                 await asyncio.sleep(min(30.0, 0.5 * 2 ** attempt))
 
@@ -202,9 +261,9 @@ class Pipeline:
         now = datetime.now(UTC)
         new, fx = apply(state, event, now)
         # The ledger first: a client that sees a job completed also sees it counted.
-        await self.ctx.redis.set_json({"used": new.used, "reserved": new.reserved,
-                                       "processing": len(new.processing),
-                                       "queued": len(new.queue)}, "ledger", account_id)
+        await self.ctx.redis.set_ledger(account_id, {
+            "used": new.used, "reserved": new.reserved, "processing": len(new.processing),
+            "queued": len(new.queue)})
         if _is_new_job(state, event):
             self.ctx.metrics.jobs.labels("queued").inc()
         await self._carry_out(account_id, fx, now, first=_first_settled(state, fx))
@@ -214,7 +273,7 @@ class Pipeline:
                          first: Collection[str] = ()) -> None:
         """``first``: ids whose outcome this event counts for the first time (not a replay)."""
         for settled in fx.settled:  # before the freed slot goes to the next job
-            row = await self.stages.settle(settled, now)
+            row = await settle(self.accounts_ports, settled, now)
             if settled.transcript_id in first and row is not None:
                 self.ctx.metrics.observe_job(settled.status, row.created_at, row.started_at,
                                              row.completed_at, row.audio_duration)
@@ -226,13 +285,13 @@ class Pipeline:
                                               account_id=account_id)
         for job in fx.dispatch:
             await self.ctx.redis.dequeue(job.account_id, job.transcript_id)
-            await self.publish(DISPATCH, job.transcript_id, job)
+            await self.accounts_ports.publish(DISPATCH, job.transcript_id, job)
         for verdict in fx.admissions:
-            await self.publish(ADMISSIONS, verdict.transcript_id, verdict)
+            await self.accounts_ports.publish(ADMISSIONS, verdict.transcript_id, verdict)
         for closed in fx.sessions_closed:
             await self.transcripts.record_usage(UsageEventRow(
                 event_id=closed.session_id, account_id=closed.account_id, key_id=closed.key_id,
                 model=STREAMING_MODEL, kind="stream", at=closed.at,
                 audio_seconds=closed.billed_ms / 1000))
         for settled in fx.settled:
-            await self.publish(SETTLED, settled.transcript_id, settled)
+            await self.accounts_ports.publish(SETTLED, settled.transcript_id, settled)

@@ -100,7 +100,7 @@ class Reconciler:
         lost = unseen(rows, self._state,
                       lambda account: partition_of(account, self.partitions) in owned)
         for row in lost:
-            if await self.ctx.redis.get_json("canceled", row.id):
+            if await self.ctx.redis.is_canceled(row.id):
                 continue
             account = await self.ctx.accounts.get(row.account_id)
             log.warning("reconcile %s: accepted %s but never seen by the accounts agent; "

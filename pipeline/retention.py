@@ -34,6 +34,9 @@ from schemas.settings import Settings
 from stores.context import Context
 from stores.objects import ObjectInfo
 from stores.transcripts import Transcripts
+from topologies.objects import (JOBS_PREFIX, UPLOADS_PREFIX, JobFiles, file_id_of,
+                                 transcript_id_of, upload_key)
+from topologies.redis_keys import RETENTION_LOCK
 
 __all__ = ["SweepReport", "sweep", "sweep_once", "webhook_window", "SWEEP_INTERVAL_S"]
 
@@ -96,7 +99,7 @@ async def sweep(ctx: Context, now: datetime | None = None) -> SweepReport:
 
 async def sweep_once(ctx: Context, lock_s: float = SWEEP_INTERVAL_S) -> SweepReport | None:
     """The worker's periodic sweep: at most one replica per interval takes it."""
-    if not await ctx.redis.set_json(True, "retention-sweep", ttl_s=lock_s * 0.9,
+    if not await ctx.redis.set_json(True, *RETENTION_LOCK.key(), ttl_s=lock_s * 0.9,
                                     only_new=True):
         return None
     return await sweep(ctx)
@@ -105,12 +108,12 @@ async def sweep_once(ctx: Context, lock_s: float = SWEEP_INTERVAL_S) -> SweepRep
 async def forget(ctx: Context, transcripts: Transcripts, row: TranscriptRow) -> None:
     """Delete one transcript and everything stored for it."""
     await transcripts.delete(row)
-    await ctx.objects.delete_prefix(f"jobs/{row.id}/")
-    await ctx.redis.delete("webhook-auth", row.id)
+    await ctx.objects.delete_prefix(JobFiles(row.id).prefix)
+    await ctx.redis.drop_webhook_auth(row.id)
     if row.file_id:
-        await ctx.objects.delete(f"uploads/{row.file_id}")
-        await ctx.redis.delete("upload", row.file_id)
-        await ctx.redis.delete("upload-claim", row.file_id)
+        await ctx.objects.delete(upload_key(row.file_id))
+        await ctx.redis.drop_upload(row.file_id)
+        await ctx.redis.release_upload(row.file_id)
 
 
 async def _job_running(transcripts: Transcripts, transcript_id: object) -> bool:
@@ -123,18 +126,17 @@ async def _job_running(transcripts: Transcripts, transcript_id: object) -> bool:
 async def _sweep_uploads(ctx: Context, transcripts: Transcripts, now: datetime) -> int:
     ttl = timedelta(seconds=ctx.settings.upload_ttl_s)
     removed = 0
-    stored = {item.key.removeprefix("uploads/"): item
-              for item in await ctx.objects.list("uploads/")}
-    for file_id in set(stored) | set(await ctx.redis.names("upload")):
-        record = await ctx.redis.get_json("upload", file_id)
+    stored = {file_id_of(item.key): item for item in await ctx.objects.list(UPLOADS_PREFIX)}
+    for file_id in set(stored) | set(await ctx.redis.upload_ids()):
+        record = await ctx.redis.upload(file_id)
         created = _created_at(record, stored.get(file_id))
         if created is None or created + ttl > now:
             continue
-        if await _job_running(transcripts, await ctx.redis.get_json("upload-claim", file_id)):
+        if await _job_running(transcripts, await ctx.redis.upload_claim(file_id)):
             continue  # its transcript deletes it when the job ends
         if file_id in stored:
-            await ctx.objects.delete(f"uploads/{file_id}")
-        await ctx.redis.delete("upload", file_id)
+            await ctx.objects.delete(upload_key(file_id))
+        await ctx.redis.drop_upload(file_id)
         removed += 1
     return removed
 
@@ -152,17 +154,17 @@ def _created_at(record: object, item: ObjectInfo | None) -> datetime | None:
 
 async def _sweep_jobs(ctx: Context, transcripts: Transcripts, now: datetime) -> int:
     jobs: dict[str, list[ObjectInfo]] = defaultdict(list)
-    for item in await ctx.objects.list("jobs/"):
-        parts = item.key.split("/")
-        if len(parts) >= 3:
-            jobs[parts[1]].append(item)
+    for item in await ctx.objects.list(JOBS_PREFIX):
+        tid = transcript_id_of(item.key)
+        if tid is not None:
+            jobs[tid].append(item)
     removed = 0
     for tid, items in jobs.items():
         row = await transcripts.get(tid, include_deleted=True)
         for item in _unneeded(row, items, now, webhook_window(ctx.settings)):
             await ctx.objects.delete(item.key)
-            if item.key.endswith("/spec.json"):
-                await ctx.redis.delete("webhook-auth", tid)
+            if JobFiles(tid).is_spec(item.key):
+                await ctx.redis.drop_webhook_auth(tid)
             removed += 1
     return removed
 

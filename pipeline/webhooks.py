@@ -45,6 +45,8 @@ from stores.context import Context
 from stores.metrics import Metrics
 from stores.objects import ObjectMissing
 from stores.transcripts import Transcripts
+from topologies.objects import JobFiles
+from topologies.tables import WEBHOOK_DELIVERIES
 from topologies.topics import CHANGELOG_CONFIG
 
 __all__ = ["Outcome", "Delivery", "Decision", "decide", "advance", "register", "address_policy",
@@ -53,7 +55,7 @@ __all__ = ["Outcome", "Delivery", "Decision", "decide", "advance", "register", "
 
 log = logging.getLogger("a5s.webhooks")
 
-TABLE = "webhook-deliveries"
+TABLE = WEBHOOK_DELIVERIES.name
 RETRYABLE_4XX = frozenset({408, 429})
 """4xx answers that mean "later", not "never": request timeout and too many requests."""
 MAX_REDIRECTS = 5
@@ -181,10 +183,6 @@ _RESERVED_HEADERS = frozenset({"webhook-id", "webhook-timestamp", "webhook-signa
 """A custom auth header never replaces or duplicates these."""
 
 
-def _spec_key(transcript_id: str) -> str:
-    return f"jobs/{transcript_id}/spec.json"
-
-
 class WebhookSender:
     """Makes one attempt of one delivery, and cleans up after the last."""
 
@@ -209,7 +207,7 @@ class WebhookSender:
         secret = (await self.ctx.accounts.get(delivery.account_id)).webhook_secret
         headers: dict[str, str] = {}
         name = spec.webhook_auth_header_name if spec else None
-        value = await self.ctx.redis.get_json("webhook-auth", tid) if name else None
+        value = await self.ctx.redis.webhook_auth(tid) if name else None
         if name and isinstance(value, str) and name.lower() not in _RESERVED_HEADERS:
             headers[name] = value
         headers |= signing.headers(secret, delivery.webhook_id, body)
@@ -228,14 +226,14 @@ class WebhookSender:
     async def _spec(self, transcript_id: str) -> JobSpec | None:
         """The job's spec (auth header name, body format); kept until delivery ends."""
         with contextlib.suppress(ObjectMissing):
-            raw = await self.ctx.objects.get_bytes(_spec_key(transcript_id))
+            raw = await self.ctx.objects.get_bytes(JobFiles(transcript_id).spec)
             return JobSpec.model_validate_json(raw)
         return None
 
     async def clean_up(self, delivery: Delivery) -> None:
         """The secret header value and the job spec go once delivery has ended."""
-        await self.ctx.redis.delete("webhook-auth", delivery.transcript_id)
-        await self.ctx.objects.delete(_spec_key(delivery.transcript_id))
+        await self.ctx.redis.drop_webhook_auth(delivery.transcript_id)
+        await self.ctx.objects.delete(JobFiles(delivery.transcript_id).spec)
 
 
 class WebhookScheduler:
@@ -259,7 +257,8 @@ class WebhookScheduler:
         self.schedule = tuple(ctx.settings.webhooks.retry_schedule_s)
         self.clock = clock
         self.table = app.Table(TABLE, default=None, key_type=str, value_type=bytes,
-                               partitions=self.partitions, use_partitioner=True,
+                               partitions=self.partitions,
+                               use_partitioner=WEBHOOK_DELIVERIES.use_partitioner,
                                extra_topic_configs=CHANGELOG_CONFIG)
         self._in_flight: dict[str, asyncio.Task[None]] = {}
 

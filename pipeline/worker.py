@@ -19,10 +19,7 @@ from stores.process import STOP_SIGNALS, service_process
 
 from .models import check_engines
 
-__all__ = ["PIPELINE_AGENTS", "run", "run_worker", "startup_check"]
-
-PIPELINE_AGENTS = {"accounts", "decode", "chunk", "transcribe", "diarize", "finalize", "publish",
-                   "webhooks", "retention", "realtime"}
+__all__ = ["run", "run_worker", "startup_check"]
 
 
 def startup_check(settings: Settings) -> dict[str, str]:
@@ -50,7 +47,7 @@ def run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoop
     app = create_app(settings)
     engines = Engines(settings, ctx.metrics.registry)
     pipeline = Pipeline(app, ctx, engines)
-    pipeline.register(PIPELINE_AGENTS)
+    pipeline.register()  # every worker node of topologies.GRAPH, by its handler
     threading.Thread(target=engines.warm, name="models-warm", daemon=True).start()
 
     @app.task

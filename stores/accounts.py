@@ -18,6 +18,7 @@ from schemas import ids
 from schemas.errors import InvalidRequest, NotFound
 from schemas.rows import AccountRow, ApiKeyRow
 from schemas.settings import DefaultLimits
+from topologies.redis_keys import ACCOUNT_CACHE, KEY_CACHE
 
 from .clickhouse import ClickHouse
 from .redis import RedisStore
@@ -65,7 +66,7 @@ class Accounts:
 
     async def get(self, account_id: str, *, fresh: bool = False) -> AccountRow:
         if not fresh:
-            cached = await self.redis.get_json("account", account_id)
+            cached = await self.redis.get_json(*ACCOUNT_CACHE.key(account_id))
             if cached:
                 return AccountRow.model_validate(cached)
         rows = await self.ch.query("SELECT * FROM {db}.accounts FINAL WHERE id = {id:String}",
@@ -73,7 +74,7 @@ class Accounts:
         if not rows:
             raise NotFound(f"No account {account_id!r}.", param="account_id")
         row = AccountRow.model_validate(rows[0])
-        await self.redis.set_json(row.model_dump(mode="json"), "account", account_id,
+        await self.redis.set_json(row.model_dump(mode="json"), *ACCOUNT_CACHE.key(account_id),
                                   ttl_s=CACHE_TTL_S)
         return row
 
@@ -92,7 +93,7 @@ class Accounts:
 
     async def _save(self, row: AccountRow) -> None:
         await self.ch.insert("accounts", [row.model_dump()])
-        await self.redis.delete("account", row.id)
+        await self.redis.delete(*ACCOUNT_CACHE.key(row.id))
 
     # --- keys ---------------------------------------------------------------------------------
 
@@ -129,7 +130,7 @@ class Accounts:
                 now = _now()
                 row = row.model_copy(update={"revoked_at": now, "updated_at": now})
                 await self.ch.insert("api_keys", [row.model_dump()])
-            await self.redis.delete("key", row.key_hash)
+            await self.redis.delete(*KEY_CACHE.key(row.key_hash))
             return row
 
     async def authenticate(self, plaintext: str) -> tuple[AccountRow, ApiKeyRow] | None:
@@ -137,12 +138,12 @@ class Accounts:
         if not plaintext.startswith(KEY_PREFIX) or len(plaintext) > 200:
             return None
         digest = hash_key(plaintext)
-        cached = await self.redis.get_json("key", digest)
+        cached = await self.redis.get_json(*KEY_CACHE.key(digest))
         if cached is None:
             rows = await self.ch.query("SELECT * FROM {db}.api_keys FINAL WHERE key_hash = "
                                        "{h:String}", {"h": digest})
             cached = ApiKeyRow.model_validate(rows[0]).model_dump(mode="json") if rows else {}
-            await self.redis.set_json(cached, "key", digest, ttl_s=CACHE_TTL_S)
+            await self.redis.set_json(cached, *KEY_CACHE.key(digest), ttl_s=CACHE_TTL_S)
         if not cached:
             return None
         key = ApiKeyRow.model_validate(cached)

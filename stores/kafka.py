@@ -21,7 +21,7 @@ from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsErr
 
 from schemas.errors import UpstreamTimeout, UpstreamUnavailable
 from schemas.settings import Settings
-from topologies.graph import GRAPH
+from topologies.tables import TABLES
 from topologies.topics import CHANGELOG_CONFIG, TOPICS, TopicSpec
 
 __all__ = ["ensure_topics", "changelog_names", "topic_configs", "Producer", "map_kafka_errors",
@@ -45,9 +45,8 @@ async def map_kafka_errors() -> AsyncIterator[None]:
 
 
 def changelog_names(settings: Settings) -> list[str]:
-    """The changelog topics Faust creates for the tables the graph declares."""
-    return [f"{settings.app_id}-{table}-changelog"
-            for table in sorted({t for node in GRAPH for t in node.tables})]
+    """The changelog topics Faust creates for the tables ``topologies`` declares."""
+    return [f"{settings.app_id}-{table.name}-changelog" for table in TABLES]
 
 
 async def topic_configs(admin: AIOKafkaAdminClient, names: list[str]) -> dict[str, dict[str, str]]:

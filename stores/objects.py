@@ -1,8 +1,8 @@
 """Object store for uploads and processing copies: a directory (embedded) or S3.
 
-Bytes stay out of Kafka and ClickHouse; records carry keys. Keys are
-``uploads/<file_id>`` and ``jobs/<transcript_id>/...``, so everything of a job
-goes with one ``delete_prefix``.
+Bytes stay out of Kafka and ClickHouse; records carry keys. The layout (uploads and
+the files of each job, under one prefix per job so they go with one ``delete_prefix``)
+is declared in ``topologies.objects``.
 """
 
 from __future__ import annotations

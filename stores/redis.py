@@ -19,6 +19,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_exc
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
+from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, UPLOAD, UPLOAD_CLAIM,
+                                   WEBHOOK_AUTH)
 
 __all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
 
@@ -105,37 +107,37 @@ class RedisStore:
     async def take_rate(self, bucket: str, limit: int, period_s: float = 60.0) -> int:
         """0 when allowed, else the whole seconds to wait (for ``Retry-After``)."""
         async with map_redis_errors():
-            wait = float(await self._rate(keys=[self.k("rate", bucket)],
+            wait = float(await self._rate(keys=[self.k(*RATE.key(bucket))],
                                           args=[period_s, limit]))
         return 0 if wait <= 0 else max(1, math.ceil(wait))
 
     async def enqueue(self, account_id: str, transcript_id: str, limit: int) -> bool:
         async with map_redis_errors():
-            return bool(await self._bounded_add(keys=[self.k("queued", account_id)],
+            return bool(await self._bounded_add(keys=[self.k(*QUEUED.key(account_id))],
                                                 args=[transcript_id, limit]))
 
     async def dequeue(self, account_id: str, transcript_id: str) -> None:
         async with map_redis_errors():
-            await self.client.srem(self.k("queued", account_id), transcript_id)
+            await self.client.srem(self.k(*QUEUED.key(account_id)), transcript_id)
 
     async def queued_count(self, account_id: str) -> int:
         async with map_redis_errors():
-            return int(await self.client.scard(self.k("queued", account_id)))
+            return int(await self.client.scard(self.k(*QUEUED.key(account_id))))
 
     async def lease_session(self, account_id: str, session_id: str, limit: int,
                             ttl_s: float = 30.0) -> bool:
         now = time.time()
         async with map_redis_errors():
-            return bool(await self._lease(keys=[self.k("live", account_id)],
+            return bool(await self._lease(keys=[self.k(*LIVE.key(account_id))],
                                           args=[now, limit, session_id, now + ttl_s]))
 
     async def release_session(self, account_id: str, session_id: str) -> None:
         async with map_redis_errors():
-            await self.client.zrem(self.k("live", account_id), session_id)
+            await self.client.zrem(self.k(*LIVE.key(account_id)), session_id)
 
     async def live_sessions(self, account_id: str) -> int:
         async with map_redis_errors():
-            key = self.k("live", account_id)
+            key = self.k(*LIVE.key(account_id))
             await self.client.zremrangebyscore(key, "-inf", time.time())
             return int(await self.client.zcard(key))
 
@@ -164,6 +166,49 @@ class RedisStore:
             return [key[len(prefix):] async for key in
                     self.client.scan_iter(match=prefix.replace("*", r"\*") + "*", count=500)]
 
+    # --- keys the gateway and the pipeline share (declared in topologies.redis_keys) -----------
+
     async def ledger(self, account_id: str) -> LedgerSnapshot:
-        value = await self.get_json("ledger", account_id)
+        value = await self.get_json(*LEDGER.key(account_id))
         return LedgerSnapshot(value or {"used": 0.0, "reserved": 0.0, "processing": 0})
+
+    async def set_ledger(self, account_id: str, snapshot: dict[str, Any]) -> None:
+        await self.set_json(snapshot, *LEDGER.key(account_id))
+
+    async def mark_canceled(self, transcript_id: str) -> None:
+        await self.set_json(True, *CANCELED.key(transcript_id), ttl_s=CANCELED.ttl_s)
+
+    async def is_canceled(self, transcript_id: str) -> bool:
+        return bool(await self.get_json(*CANCELED.key(transcript_id)))
+
+    async def set_webhook_auth(self, transcript_id: str, value: str) -> None:
+        await self.set_json(value, *WEBHOOK_AUTH.key(transcript_id))
+
+    async def webhook_auth(self, transcript_id: str) -> Any:
+        return await self.get_json(*WEBHOOK_AUTH.key(transcript_id))
+
+    async def drop_webhook_auth(self, transcript_id: str) -> None:
+        await self.delete(*WEBHOOK_AUTH.key(transcript_id))
+
+    async def save_upload(self, file_id: str, record: dict[str, Any], ttl_s: float) -> None:
+        await self.set_json(record, *UPLOAD.key(file_id), ttl_s=ttl_s)
+
+    async def upload(self, file_id: str) -> Any:
+        return await self.get_json(*UPLOAD.key(file_id))
+
+    async def drop_upload(self, file_id: str) -> None:
+        await self.delete(*UPLOAD.key(file_id))
+
+    async def upload_ids(self) -> list[str]:
+        return await self.names(UPLOAD.kind)
+
+    async def claim_upload(self, file_id: str, transcript_id: str, ttl_s: float) -> bool:
+        """False when another transcript already used the file."""
+        return await self.set_json(transcript_id, *UPLOAD_CLAIM.key(file_id), ttl_s=ttl_s,
+                                   only_new=True)
+
+    async def upload_claim(self, file_id: str) -> Any:
+        return await self.get_json(*UPLOAD_CLAIM.key(file_id))
+
+    async def release_upload(self, file_id: str) -> None:
+        await self.delete(*UPLOAD_CLAIM.key(file_id))

@@ -1,73 +1,165 @@
-"""The dataflow graph: which component reads and writes which topic.
+"""The dataflow graph: every node and every channel it reads and writes.
 
-This table is the source of truth: each agent is registered from its node here
-(``pipeline.app``), and ``a5s topology`` prints it. Batch::
+This table is the source of truth. The worker registers its agents, timers and tasks
+from the nodes here alone (``pipeline.app.Pipeline.register``: each node names its
+handler), a node's publish function refuses a topic the node does not declare in
+``writes``, and ``a5s topology`` prints it. Batch::
 
     gateway ──account-events──► accounts ──dispatch──► decode ──account-events (duration)──► accounts
     accounts ──admissions──► chunk ──chunks──► transcribe ──transcribed──► diarize ──outcomes──► finalize
     decode/chunk/transcribe/diarize ──outcomes (failed)──► finalize
     finalize ──account-events (finished)──► accounts ──settled──► publish
     publish ──webhooks──► webhooks (a timer retries on schedule);  publish ──transcripts.completed──► data engineers
+    reconcile (timer) ──account-events (submitted again) / dispatch (resumed)──► accounts / decode
 
 Realtime::
 
     gateway ──realtime-audio──► realtime ──realtime-messages──► gateway (owner of the session)
+
+Object keys and Redis keys are channels too: diarize reads ``speech.json`` that chunk
+wrote, and every stage reads the ``canceled`` flag the gateway sets.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, get_args, get_origin
 
+from . import objects as O
+from . import redis_keys as R
+from .objects import ObjectKey
+from .redis_keys import RedisKey
+from .tables import ACCOUNTS, WEBHOOK_DELIVERIES, TableSpec
 from .topics import (ACCOUNT_EVENTS, ADMISSIONS, CHUNKS, COMPLETED, DISPATCH, OUTCOMES,
-                     REALTIME_AUDIO, REALTIME_MESSAGES, SETTLED, TRANSCRIBED, WEBHOOKS,
+                     REALTIME_AUDIO, REALTIME_MESSAGES, SETTLED, TOPICS, TRANSCRIBED, WEBHOOKS,
                      TopicSpec)
 
-__all__ = ["Node", "GRAPH", "node", "describe"]
+__all__ = ["Node", "GRAPH", "node", "describe", "worker_nodes", "UndeclaredWrite"]
+
+Kind = Literal["edge", "stage", "service"]
+
+
+class UndeclaredWrite(RuntimeError):
+    """A node published to a topic its declaration does not list in ``writes``."""
 
 
 @dataclass(frozen=True)
 class Node:
+    """One component of the dataflow.
+
+    ``kind``: ``edge`` runs in the gateway process (no handler); ``stage`` is a batch
+    stage whose ``handler`` (``module:function``) is ``run(ports, record)`` for each record
+    of ``reads[0]``; ``service`` names a ``handler`` that installs the node's agents,
+    timers or tasks on the worker (``handler(pipeline, node)``).
+    """
+
     name: str
-    reads: tuple[TopicSpec[Any], ...]
-    writes: tuple[TopicSpec[Any], ...]
+    kind: Kind
     summary: str
-    tables: tuple[str, ...] = field(default_factory=tuple)
-    stores: tuple[str, ...] = field(default_factory=tuple)
+    handler: str | None = None
+    reads: tuple[TopicSpec[Any], ...] = ()
+    writes: tuple[TopicSpec[Any], ...] = ()
+    tables: tuple[TableSpec, ...] = ()
+    """Tables the node owns (the only writer)."""
+    tables_read: tuple[TableSpec, ...] = ()
+    """Tables of another node it reads in the same worker (same partitions)."""
+    objects_read: tuple[ObjectKey, ...] = ()
+    objects_written: tuple[ObjectKey, ...] = ()
+    objects_deleted: tuple[ObjectKey, ...] = ()
+    """Clean-up: what the node removes once a job no longer needs it."""
+    redis_read: tuple[RedisKey, ...] = ()
+    redis_written: tuple[RedisKey, ...] = ()
+    stores: tuple[str, ...] = ()
+    retry_forever: bool = False
+    """A stage that must not end a job itself (it counts or announces it): retried until it
+    succeeds. Other stages end the job with ``internal_error`` once retries run out."""
+    batched: bool = False
+    """Several records in flight at once (``models.transcribe_concurrency`` actors)."""
+
+    def check_write(self, spec: TopicSpec[Any]) -> None:
+        """Raises ``UndeclaredWrite`` unless this node declares ``spec`` in ``writes``."""
+        if spec not in self.writes:
+            raise UndeclaredWrite(f"node {self.name!r} does not declare a write to "
+                                  f"{spec.name!r} (declared: "
+                                  f"{', '.join(t.name for t in self.writes) or 'none'})")
 
 
 GRAPH: tuple[Node, ...] = (
-    Node("gateway", reads=(REALTIME_MESSAGES,), writes=(ACCOUNT_EVENTS, REALTIME_AUDIO),
-         summary="REST and WebSocket edge: admits requests, records transcripts, streams audio",
+    Node("gateway", "edge",
+         "REST and WebSocket edge: admits requests, records transcripts, streams audio",
+         reads=(REALTIME_MESSAGES,), writes=(ACCOUNT_EVENTS, REALTIME_AUDIO),
+         objects_written=(O.UPLOAD, O.SPEC), objects_read=(O.UPLOAD,),
+         objects_deleted=O.OBJECT_KEYS,
+         redis_read=(R.LEDGER, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE, R.IDEMPOTENCY,
+                     R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE),
+         redis_written=(R.CANCELED, R.WEBHOOK_AUTH, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE,
+                        R.IDEMPOTENCY, R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE),
          stores=("clickhouse", "redis", "objects")),
-    Node("accounts", reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS, SETTLED),
-         summary="single writer of per-account state: FIFO queue, processing slots, usage ledger",
-         tables=("accounts",), stores=("clickhouse", "redis")),
-    Node("decode", reads=(DISPATCH,), writes=(ACCOUNT_EVENTS, OUTCOMES),
-         summary="fetch audio_url or the upload, decode to 16 kHz mono PCM, report duration",
-         stores=("objects",)),
-    Node("chunk", reads=(ADMISSIONS,), writes=(CHUNKS, OUTCOMES),
-         summary="Silero VAD speech regions, merged into chunks", stores=("objects",)),
-    Node("transcribe", reads=(CHUNKS,), writes=(TRANSCRIBED, OUTCOMES),
-         summary="Whisper (CTranslate2) word-timed recognition of each chunk",
-         stores=("objects",)),
-    Node("diarize", reads=(TRANSCRIBED,), writes=(OUTCOMES,),
-         summary="speaker embeddings and clustering; words, utterances and speakers assembled",
-         stores=("objects",)),
-    Node("finalize", reads=(OUTCOMES,), writes=(ACCOUNT_EVENTS,),
-         summary="one write of the result and the usage event; asks the ledger to count it",
+    Node("accounts", "service",
+         "single writer of per-account state: FIFO queue, processing slots, usage ledger",
+         handler="pipeline.app:Pipeline.install_accounts",
+         reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS, SETTLED), tables=(ACCOUNTS,),
+         redis_written=(R.LEDGER, R.QUEUED), stores=("clickhouse", "redis")),
+    Node("reconcile", "service",
+         "timer: submits again accepted jobs the accounts agent never saw, and re-dispatches "
+         "the jobs its recovered ledger holds as processing",
+         handler="pipeline.app:Pipeline.install_reconcile",
+         writes=(ACCOUNT_EVENTS, DISPATCH), tables_read=(ACCOUNTS,),
+         redis_read=(R.CANCELED, R.ACCOUNT_CACHE),
+         stores=("clickhouse",)),
+    Node("decode", "stage",
+         "fetch audio_url or the upload, decode to 16 kHz mono PCM, report duration",
+         handler="pipeline.stages.decode:run",
+         reads=(DISPATCH,), writes=(ACCOUNT_EVENTS, OUTCOMES),
+         objects_read=(O.SPEC, O.UPLOAD, O.DURATION), objects_written=(O.AUDIO, O.DURATION),
+         redis_read=(R.CANCELED,), stores=("objects",)),
+    Node("chunk", "stage", "Silero VAD speech regions, merged into chunks",
+         handler="pipeline.stages.chunk:run",
+         reads=(ADMISSIONS,), writes=(CHUNKS, OUTCOMES),
+         objects_read=(O.AUDIO, O.CHUNKS), objects_written=(O.SPEECH, O.CHUNKS),
+         redis_read=(R.CANCELED,), stores=("objects",)),
+    Node("transcribe", "stage", "Whisper (CTranslate2) word-timed recognition of each chunk",
+         handler="pipeline.stages.transcribe:run", batched=True,
+         reads=(CHUNKS,), writes=(TRANSCRIBED, OUTCOMES),
+         objects_read=(O.AUDIO, O.WORDS), objects_written=(O.WORDS,),
+         redis_read=(R.CANCELED,), stores=("objects",)),
+    Node("diarize", "stage",
+         "speaker embeddings and clustering; words, utterances and speakers assembled",
+         handler="pipeline.stages.diarize:run",
+         reads=(TRANSCRIBED,), writes=(OUTCOMES,),
+         objects_read=(O.AUDIO, O.SPEECH, O.WORDS, O.SPEC, O.RESULT),
+         objects_written=(O.RESULT,), redis_read=(R.CANCELED,), stores=("objects",)),
+    Node("finalize", "stage",
+         "one write of the result and the usage event; asks the ledger to count it",
+         handler="pipeline.stages.finalize:run", retry_forever=True,
+         reads=(OUTCOMES,), writes=(ACCOUNT_EVENTS,),
+         objects_read=(O.RESULT,), objects_deleted=O.OBJECT_KEYS,
          stores=("clickhouse", "objects")),
-    Node("publish", reads=(SETTLED,), writes=(WEBHOOKS, COMPLETED),
-         summary="makes the outcome visible, publishes it, schedules the webhook, cleans up",
+    Node("publish", "stage",
+         "makes the outcome visible, publishes it, schedules the webhook, cleans up",
+         handler="pipeline.stages.publish:run", retry_forever=True,
+         reads=(SETTLED,), writes=(WEBHOOKS, COMPLETED),
+         objects_read=(O.RESULT, O.SPEC), objects_deleted=O.OBJECT_KEYS,
          stores=("clickhouse", "objects")),
-    Node("webhooks", reads=(WEBHOOKS,), writes=(),
-         summary="signed webhook deliveries; a timer retries on the spec's schedule",
-         tables=("webhook-deliveries",), stores=("clickhouse", "redis", "objects")),
-    Node("retention", reads=(), writes=(),
-         summary="timer: expires transcripts, unused uploads and orphaned processing copies",
+    Node("webhooks", "service",
+         "signed webhook deliveries; a timer retries on the spec's schedule",
+         handler="pipeline.app:Pipeline.install_webhooks",
+         reads=(WEBHOOKS,), tables=(WEBHOOK_DELIVERIES,),
+         objects_read=(O.SPEC,), objects_deleted=(O.SPEC,),
+         redis_read=(R.WEBHOOK_AUTH, R.ACCOUNT_CACHE), redis_written=(R.WEBHOOK_AUTH,),
          stores=("clickhouse", "redis", "objects")),
-    Node("realtime", reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES,),
-         summary="per-session streaming decoder state; transcript messages back to the gateway"),
+    Node("retention", "service",
+         "timer: expires transcripts, unused uploads and orphaned processing copies",
+         handler="pipeline.app:Pipeline.install_retention",
+         objects_deleted=O.OBJECT_KEYS,
+         redis_read=(R.UPLOAD, R.UPLOAD_CLAIM, R.RETENTION_LOCK),
+         redis_written=(R.WEBHOOK_AUTH, R.UPLOAD, R.UPLOAD_CLAIM, R.RETENTION_LOCK),
+         stores=("clickhouse", "redis", "objects")),
+    Node("realtime", "service",
+         "per-session streaming decoder state; transcript messages back to the gateway",
+         handler="pipeline.app:Pipeline.install_realtime",
+         reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES,)),
 )
 
 
@@ -78,11 +170,53 @@ def node(name: str) -> Node:
     raise KeyError(name)
 
 
+def worker_nodes() -> tuple[Node, ...]:
+    """The nodes a pipeline worker runs: every node with a handler."""
+    return tuple(item for item in GRAPH if item.handler is not None)
+
+
+def _names(items: Iterable[Any], attr: str, prefix: str = "") -> str:
+    return ", ".join(prefix + getattr(i, attr) for i in items) or "-"
+
+
+def _who(pred: Any) -> str:
+    return ", ".join(n.name for n in GRAPH if pred(n)) or "-"
+
+
+def _type_name(value: Any) -> str:
+    """``AccountEvent`` is an annotated union of event models: named by its members."""
+    args = get_args(value)
+    if args and get_origin(value) is Annotated:
+        return " | ".join(a.__name__ for a in get_args(args[0]))
+    return str(getattr(value, "__name__", value))
+
+
 def describe(prefix: str = "") -> str:
-    """A plain-text table of the graph, as printed by ``a5s topology``."""
-    lines = [f"{'component':<11} {'reads':<34} {'writes':<58} state"]
+    """Every node and channel as plain text, as printed by ``a5s topology``."""
+    out = ["NODES (kind, handler)"]
     for item in GRAPH:
-        reads = ", ".join(prefix + t.name for t in item.reads)
-        writes = ", ".join(prefix + t.name for t in item.writes)
-        lines.append(f"{item.name:<11} {reads:<34} {writes:<58} {', '.join(item.tables)}")
-    return "\n".join(lines)
+        out.append(f"  {item.name:<11} {item.kind:<8} {item.handler or '(gateway process)'}")
+        out.append(f"      {item.summary}")
+    out += ["", "TOPICS (key -> value)                          written by / read by"]
+    for t in TOPICS:
+        out.append(f"  {prefix + t.name:<24} {t.key:<15} {_type_name(t.value)}")
+        out.append(f"      writers: {_who(lambda n, t=t: t in n.writes)}; "
+                   f"readers: {_who(lambda n, t=t: t in n.reads)}")
+    out += ["", "TABLES (key -> value)                          owned by / read by"]
+    from .tables import TABLES
+    for tb in TABLES:
+        out.append(f"  {tb.name:<24} {tb.key:<15} {tb.value}")
+        out.append(f"      owner: {_who(lambda n, tb=tb: tb in n.tables)}; "
+                   f"also read by: {_who(lambda n, tb=tb: tb in n.tables_read)}")
+    out += ["", "OBJECT KEYS                                    written by / read by"]
+    for ok in O.OBJECT_KEYS:
+        out.append(f"  {ok.pattern:<28} {ok.description}")
+        out.append(f"      writers: {_who(lambda n, ok=ok: ok in n.objects_written)}; "
+                   f"readers: {_who(lambda n, ok=ok: ok in n.objects_read)}; "
+                   f"deleted by: {_who(lambda n, ok=ok: ok in n.objects_deleted)}")
+    out += ["", "REDIS KEYS                                     written by / read by"]
+    for rk in R.REDIS_KEYS:
+        out.append(f"  {rk.pattern:<28} {rk.type:<7} {rk.description}")
+        out.append(f"      writers: {_who(lambda n, rk=rk: rk in n.redis_written)}; "
+                   f"readers: {_who(lambda n, rk=rk: rk in n.redis_read)}")
+    return "\n".join(out)
