@@ -1,6 +1,7 @@
 """Streaming benchmark: WER, final latency, first-partial time and keep-up of the realtime engine.
 
 ``python -m ops.bench_streaming [--sessions N ...] [--final-model tiny|base] [--set path=value ...]``
+``python -m ops.bench_streaming --offline [--sessions N] [--coverage] [--set path=value ...]``
 
 Each session streams ~95 s of real speech (LibriVox, JFK, TIMIT, LJ Speech, speechbrain,
 Asterisk prompts; 1 s pauses between clips, each session in a different order) in 20 ms
@@ -22,6 +23,13 @@ Definitions:
   the first phrase start inside it.
 * **Keep-up**: how late the sender fell behind its real-time schedule (max), and how long
   ``finish`` took after the last frame (the decode backlog left at the end).
+
+``--offline`` measures what does not depend on the machine's load: each programme goes through
+a :class:`~pipeline.realtime.SessionRecognizer` as fast as it decodes, every final and
+speculative decode is timed in CPU seconds, and the final latency is what those costs imply
+on an idle core (the segment's close, or its speculative decode's start plus its cost, minus
+the phrase end; no transport, no partials). ``--offline --coverage`` gives the WER and lost
+utterances of the dev items of ``ops.bench_realtime --coverage`` the same way, in seconds.
 """
 
 from __future__ import annotations
