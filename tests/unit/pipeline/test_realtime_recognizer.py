@@ -19,9 +19,11 @@ from pipeline.audio import decode_to_pcm
 from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOptions,
                                RealtimeEngine, RecognizerOptions, SessionRecognizer,
                                StreamingModels, Update, VadOptions, Vocabulary, VocabularyTerm)
+from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
+from schemas.settings import Settings
 
 from asr_support import EVAL, JFK, words_of
 
@@ -286,3 +288,15 @@ def test_speech_resuming_discards_the_speculative_decode(models: StreamingModels
     assert kinds.count(DecodeKind.PREFINAL) > len({u.segment for u in finals})
     assert not any(words_of(u.text).endswith("all year") for u in finals)
     assert jiwer.wer(f"{TIMIT_TEXT} {JFK_TEXT}", words_of(finals[-1].text)) <= 0.15
+
+
+def test_finals_of_their_own_model_use_the_batch_beam() -> None:
+    settings = Settings()
+    same = engine_options(settings)
+    assert same.recognizer.decode.beam_size == 1
+    assert same.max_sessions == settings.realtime.worker_max_sessions
+    models = settings.models.model_copy(update={"streaming_final": "base", "beam_size": 4})
+    own = engine_options(settings.model_copy(update={"models": models}))
+    assert own.recognizer.decode.beam_size == 4            # finals and speculative finals
+    assert own.recognizer.partial_decode.beam_size == 1     # partials stay greedy
+    assert own.recognizer.vad == same.recognizer.vad
