@@ -237,7 +237,8 @@ class OfflineFinal:
 
 
 def run_offline(models: StreamingModels, options: EngineOptions, eval_dir: Path,
-                vad: StreamingVad, sessions: int) -> tuple[list[OfflineFinal], float, float, str, str]:
+                vad: StreamingVad, sessions: int
+                ) -> tuple[list[OfflineFinal], float, float, str, str]:
     """Each session's programme through a :class:`SessionRecognizer`, decodes inline and timed.
 
     A decode is taken when the recognizer asks for it (frame by frame, as the engine would)
@@ -317,7 +318,8 @@ def offline_report(models: StreamingModels, options: EngineOptions, eval_dir: Pa
     print(f"{len(finals)} finals, {sum(f.speculative for f in finals)} settled on the speculative "
           f"decode; segment closed after phrase end p50 {pct(closed, 50):.3f} s, p95 "
           f"{pct(closed, 95):.3f} s")
-    print(f"decode CPU per final p50 {pct(costs, 50) * 1000:.0f} ms, p95 {pct(costs, 95) * 1000:.0f} ms; "
+    print(f"decode CPU per final p50 {pct(costs, 50) * 1000:.0f} ms, "
+          f"p95 {pct(costs, 95) * 1000:.0f} ms; "
           f"final-model CPU {cpu / audio_s * 100:.1f}% of a core per live session, of which "
           f"discarded speculative decodes {wasted / audio_s * 100:.1f}%")
     print(f"engine final latency on an idle core (no transport, no partials): p50 "
@@ -360,7 +362,8 @@ def offline_coverage(models: StreamingModels, options: EngineOptions, eval_dir: 
     conv = [k for k, g in enumerate(groups) if g == "conversation"]
     print(f"\n== offline coverage: {len(refs)} items, {audio_s:.0f} s audio, wall {wall:.1f} s, "
           f"CPU {cpu / audio_s * 100:.1f}% of a core per second of audio, load average "
-          f"{' '.join(f'{x:.2f}' for x in load0)} -> {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+          f"{' '.join(f'{x:.2f}' for x in load0)} -> "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"WER pooled {jiwer.wer(refs, hyps) * 100:.2f}%, conversations "
           f"{jiwer.wer([refs[k] for k in conv], [hyps[k] for k in conv]) * 100:.2f}%; "
           f"utterances never shown {never} of {utterances}")
