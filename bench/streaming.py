@@ -1,6 +1,7 @@
 """Streaming benchmark: WER, final latency, first-partial time and keep-up of the realtime engine.
 
 ``python -m bench.streaming [--sessions N ...] [--final-model tiny|base] [--set path=value ...]``
+``python -m bench.streaming --offline [--sessions N] [--coverage] [--set path=value ...]``
 
 Each session streams ~95 s of real speech (LibriVox, JFK, TIMIT, LJ Speech, speechbrain,
 Asterisk prompts; 1 s pauses between clips, each session in a different order) in 20 ms
@@ -22,6 +23,13 @@ Definitions:
   the first phrase start inside it.
 * **Keep-up**: how late the sender fell behind its real-time schedule (max), and how long
   ``finish`` took after the last frame (the decode backlog left at the end).
+
+``--offline`` measures what does not depend on the machine's load: each programme goes through
+a :class:`~pipeline.realtime.SessionRecognizer` as fast as it decodes, every final and
+speculative decode is timed in CPU seconds, and the final latency is what those costs imply
+on an idle core (the segment's close, or its speculative decode's start plus its cost, minus
+the phrase end; no transport, no partials). ``--offline --coverage`` gives the WER and lost
+utterances of the dev items of ``bench.realtime --coverage`` the same way, in seconds.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ import io
 import os
 import re
 import resource
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -41,8 +50,9 @@ import jiwer
 import numpy as np
 
 from pipeline.audio import decode_to_pcm
-from pipeline.realtime import (EngineOptions, ModelOptions, RealtimeEngine, StreamingModels,
-                               StreamingVad, Update, default_vad_path)
+from pipeline.realtime import (EngineOptions, ModelOptions, RealtimeEngine, SessionRecognizer,
+                               StreamingModels, StreamingVad, Update, default_vad_path)
+from pipeline.realtime.recognizer import DecodeKind
 from pipeline.realtime.vad import VAD_WINDOW
 
 __all__ = ["main", "CLIPS", "normalize", "build_stream"]
@@ -213,6 +223,157 @@ async def run(models: StreamingModels, options: EngineOptions, sessions: int, ev
     return score(results), results, cpu / audio_s, wall
 
 
+# --- offline: decode cost and the latency it implies, independent of the machine's load --------
+
+@dataclass
+class OfflineFinal:
+    """One settled segment of an offline run (times on the audio clock, s)."""
+
+    phrase_end: float
+    closed: float
+    settled: float
+    decode_s: float
+    speculative: bool
+
+
+def run_offline(models: StreamingModels, options: EngineOptions, eval_dir: Path,
+                vad: StreamingVad, sessions: int
+                ) -> tuple[list[OfflineFinal], float, float, str, str]:
+    """Each session's programme through a :class:`SessionRecognizer`, decodes inline and timed.
+
+    A decode is taken when the recognizer asks for it (frame by frame, as the engine would)
+    and, on an idle core, would be ready ``decode_s`` of audio later; a final is therefore
+    settled at ``max(segment closed, speculative decode asked + its decode time)``, or at
+    ``closed + decode_s`` when the final had to be decoded after the close. Partials are not
+    decoded (they only compete for CPU, which this mode leaves out on purpose).
+
+    Returns:
+        the finals, the final-model CPU seconds spent (speculative decodes included), the
+        CPU seconds of speculative decodes whose result was discarded, and the joined
+        references and transcripts.
+    """
+    out: list[OfflineFinal] = []
+    decode_cpu = wasted = 0.0
+    refs, hyps = [], []
+    for k in range(sessions):
+        order = list(range(len(CLIPS)))
+        order = order[k * 4 % len(order):] + order[:k * 4 % len(order)]
+        pcm, ref = build_stream(eval_dir, order)
+        _, ends = phrase_marks(vad, pcm)
+        rec = SessionRecognizer(models, (), options.recognizer)
+        asked: dict[tuple[int, int], tuple[float, float]] = {}   # range -> (asked at, decode s)
+        used: set[tuple[int, int]] = set()
+        raw = pcm.tobytes()
+        text = ""
+        for i in range(0, len(raw), FRAME * 2):
+            now = min(len(raw), i + FRAME * 2) / 2 / SR
+            samples, probs = rec.detect(raw[i:i + FRAME * 2])
+            updates = rec.advance(samples, probs)
+            while True:
+                req = rec.take_final() or rec.take_prefinal()
+                if req is None:
+                    break
+                t = time.process_time()
+                decoded = req.decoder.decode([req.input], rec.decode_options(req.kind))[0]
+                cost = time.process_time() - t
+                decode_cpu += cost
+                asked[(req.start, req.end)] = (now, cost)
+                if req.kind is DecodeKind.FINAL:
+                    used.add((req.start, req.end))
+                updates += rec.complete(req, decoded)
+            for u in updates:
+                text = u.text
+                if not u.is_final:
+                    continue
+                key = (round(u.start * SR), round(u.end * SR))
+                at, cost = asked.get(key, (now, 0.0))
+                used.add(key)
+                inside = [e for e in ends if u.start < e <= u.end + 0.01]
+                if inside:
+                    out.append(OfflineFinal(inside[-1], now, max(now, at + cost), cost, at < now))
+        for u in rec.finish():
+            text = u.text
+        wasted += sum(c for key, (_, c) in asked.items() if key not in used)
+        refs.append(normalize(ref))
+        hyps.append(normalize(text))
+    return out, decode_cpu, wasted, " ".join(refs), " ".join(hyps)
+
+
+def offline_report(models: StreamingModels, options: EngineOptions, eval_dir: Path,
+                   vad: StreamingVad, sessions: int) -> None:
+    load0 = os.getloadavg()
+    t = time.perf_counter()
+    finals, cpu, wasted, ref, hyp = run_offline(models, options, eval_dir, vad, sessions)
+    wall = time.perf_counter() - t
+    pct = lambda xs, q: float(np.percentile(xs, q)) if xs else float("nan")  # noqa: E731
+    closed = [f.closed - f.phrase_end for f in finals]
+    settled = [f.settled - f.phrase_end for f in finals]
+    costs = [f.decode_s for f in finals]
+    audio_s = sessions * len(build_stream(eval_dir, list(range(len(CLIPS))))[0]) / SR
+    wer = jiwer.process_words(ref, hyp)
+    print(f"\n== offline, {sessions} programme(s), {audio_s:.0f} s audio, wall {wall:.1f} s, "
+          f"load average {' '.join(f'{x:.2f}' for x in load0)} -> "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"WER {wer.wer * 100:.2f}% (S{wer.substitutions} D{wer.deletions} I{wer.insertions})")
+    print(f"{len(finals)} finals, {sum(f.speculative for f in finals)} settled on the speculative "
+          f"decode; segment closed after phrase end p50 {pct(closed, 50):.3f} s, p95 "
+          f"{pct(closed, 95):.3f} s")
+    print(f"decode CPU per final p50 {pct(costs, 50) * 1000:.0f} ms, "
+          f"p95 {pct(costs, 95) * 1000:.0f} ms; "
+          f"final-model CPU {cpu / audio_s * 100:.1f}% of a core per live session, of which "
+          f"discarded speculative decodes {wasted / audio_s * 100:.1f}%")
+    print(f"engine final latency on an idle core (no transport, no partials): p50 "
+          f"{pct(settled, 50):.3f} s, p95 {pct(settled, 95):.3f} s")
+
+
+def offline_coverage(models: StreamingModels, options: EngineOptions, eval_dir: Path,
+                     prompts: int, show: bool) -> None:
+    """The dev items of ``bench.realtime --coverage`` through a :class:`SessionRecognizer`
+    inline (finals only, no pace): the streaming transcript's WER and lost utterances without
+    a service, in a fraction of real time. The batch WER of the same files is the service
+    benchmark's (``python -m bench.realtime --coverage``)."""
+    from evaluation.text import normalized
+    from evaluation.coverage import dev_items, score_utterances
+
+    load0 = os.getloadavg()
+    t, cpu0 = time.perf_counter(), time.process_time()
+    refs, hyps, groups = [], [], []
+    never = utterances = 0
+    audio_s = 0.0
+    for item in dev_items(eval_dir, prompts):
+        pcm = np.clip(load_pcm(eval_dir / item.path) * 32768, -32768, 32767).astype("<i2").tobytes()
+        audio_s += len(pcm) / 2 / SR
+        rec = SessionRecognizer(models, (), options.recognizer)
+        for i in range(0, len(pcm), FRAME * 2):
+            samples, probs = rec.detect(pcm[i:i + FRAME * 2])
+            rec.advance(samples, probs)
+            _finals_inline(rec)
+        text = rec.finish()[-1].text
+        scores = score_utterances(item.utterances, text)
+        never += sum(s.never_shown for s in scores)
+        utterances += len(scores)
+        refs.append(normalized(item.reference))
+        hyps.append(normalized(text) or "<empty>")
+        groups.append(item.group)
+        if show:
+            print(f"{item.path}: {jiwer.wer(refs[-1], hyps[-1]) * 100:.1f}%\n  REF: {refs[-1]}\n"
+                  f"  HYP: {hyps[-1]}")
+    cpu, wall = time.process_time() - cpu0, time.perf_counter() - t
+    conv = [k for k, g in enumerate(groups) if g == "conversation"]
+    print(f"\n== offline coverage: {len(refs)} items, {audio_s:.0f} s audio, wall {wall:.1f} s, "
+          f"CPU {cpu / audio_s * 100:.1f}% of a core per second of audio, load average "
+          f"{' '.join(f'{x:.2f}' for x in load0)} -> "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"WER pooled {jiwer.wer(refs, hyps) * 100:.2f}%, conversations "
+          f"{jiwer.wer([refs[k] for k in conv], [hyps[k] for k in conv]) * 100:.2f}%; "
+          f"utterances never shown {never} of {utterances}")
+
+
+def _finals_inline(rec: SessionRecognizer) -> None:
+    while (req := rec.take_final() or rec.take_prefinal()) is not None:
+        rec.complete(req, req.decoder.decode([req.input], rec.decode_options(req.kind))[0])
+
+
 def _parse_sets(items: list[str]) -> dict:
     """``a.b=c`` pairs into nested dicts for pydantic."""
     out: dict = {}
@@ -237,6 +398,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="PATH=VALUE",
                         help="EngineOptions override, e.g. recognizer.vad.min_silence_ms=250")
     parser.add_argument("--show", action="store_true", help="print each session's transcript")
+    parser.add_argument("--offline", action="store_true", help=(
+        "no real-time pace: decode each programme inline, timing every final decode, and print "
+        "the decode cost and the final latency it implies on an idle core (load-independent)"))
+    parser.add_argument("--coverage", action="store_true", help=(
+        "with --offline: the dev items of `bench.realtime --coverage` instead, for WER"))
+    parser.add_argument("--prompts", type=int, default=20, help="--coverage: Asterisk prompts")
     args = parser.parse_args(argv)
     options = EngineOptions(**_parse_sets(args.set))
     t = time.perf_counter()
@@ -246,6 +413,15 @@ def main(argv: list[str] | None = None) -> None:
     print(f"models loaded in {time.perf_counter() - t:.1f} s; final model {args.final_model}; "
           f"cores {os.cpu_count()}; options {options.model_dump()}")
     vad = StreamingVad(default_vad_path())
+    print("command: python -m bench.streaming " + " ".join(argv if argv is not None
+                                                                 else sys.argv[1:]))
+    if args.offline and args.coverage:
+        offline_coverage(models, options, args.eval, args.prompts, args.show)
+        return
+    if args.offline:
+        for n in args.sessions or [1]:
+            offline_report(models, options, args.eval, vad, n)
+        return
     for n in args.sessions or [1, 5]:
         load0 = os.getloadavg()[0]
         s, results, cpu_rtf, wall = asyncio.run(run(models, options, n, args.eval, vad))

@@ -17,11 +17,13 @@ import pytest
 
 from pipeline.audio import decode_to_pcm
 from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOptions,
-                               RealtimeEngine, SessionRecognizer, StreamingModels, Update,
-                               Vocabulary, VocabularyTerm)
+                               RealtimeEngine, RecognizerOptions, SessionRecognizer,
+                               StreamingModels, Update, VadOptions, Vocabulary, VocabularyTerm)
+from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
-from pipeline.realtime.recognizer import invented
+from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
+from schemas.settings import Settings
 
 from asr_support import EVAL, JFK, words_of
 
@@ -229,3 +231,72 @@ def test_the_end_of_a_stream_invents_nothing(models: StreamingModels, jfk_pcm: b
     text = words_of(finished[-1].text)
     assert text.endswith("for your country"), text
     assert jiwer.wer(JFK_TEXT, text) <= 0.1
+
+
+def drive(rec: SessionRecognizer, pcm: bytes) -> tuple[list[DecodeKind], list[Update]]:
+    """Stream ``pcm`` frame by frame, running finals and speculative finals (no partials) the
+    moment the recognizer asks for them, as an idle engine would. Returns the kinds of the
+    decodes run and every update, the closing ones included."""
+    kinds: list[DecodeKind] = []
+    updates: list[Update] = []
+
+    def decode_due() -> None:
+        while (req := rec.take_final() or rec.take_prefinal()) is not None:
+            kinds.append(req.kind)
+            decoded = req.decoder.decode([req.input], rec.decode_options(req.kind))[0]
+            updates.extend(rec.complete(req, decoded))
+
+    for frame in frames(pcm):
+        samples, probs = rec.detect(frame)
+        updates.extend(rec.advance(samples, probs))
+        decode_due()
+    updates.extend(rec.end_of_stream())
+    decode_due()
+    if not updates or not updates[-1].is_final:
+        updates.append(rec.closing_update())
+    return kinds, updates
+
+
+def test_a_held_silence_settles_on_the_speculative_decode(models: StreamingModels,
+                                                         jfk_pcm: bytes) -> None:
+    """Each pause in jfk.flac is long enough to close its segment: the decode started when
+    the silence began is the final, and no decode is left to run after the close."""
+    kinds, updates = drive(SessionRecognizer(models), jfk_pcm)
+    finals = [u for u in updates if u.is_final]
+    assert len(finals) >= 3
+    assert DecodeKind.FINAL not in kinds, kinds           # every final was ready at the close
+    assert kinds.count(DecodeKind.PREFINAL) >= len({u.segment for u in finals})
+    assert jiwer.wer(JFK_TEXT, words_of(finals[-1].text)) <= 0.1, finals[-1].text
+
+
+def test_speech_resuming_discards_the_speculative_decode(models: StreamingModels) -> None:
+    """A pause longer than the end padding but shorter than the end-silence starts a
+    speculative decode of the first phrase only; speech resumes, so that result must not
+    settle the segment, and the final carries both phrases."""
+    opts = RecognizerOptions(vad=VadOptions(min_silence_ms=700, speech_pad_ms=96))
+    gap = bytes(int(0.45 * 32000))                       # about 0.4 s judged silent
+    pcm = pcm_of(TIMIT, 0.5, 0) + gap + pcm_of(JFK, 0, 1.0)
+    rec = SessionRecognizer(models, (), opts)
+    kinds, updates = drive(rec, pcm)
+    finals = [u for u in updates if u.is_final and u.text]
+    first = finals[0]
+    assert first.segment == 0 and first.start < 0.6 and first.end > 3.5, first
+    text = words_of(first.text)
+    assert "greasy wash" in text and "all year and so my fellow americans" in text, text
+    # The decode of the first phrase alone ran and was dropped: more speculative decodes
+    # than segments, and no final text that stops after "all year".
+    assert kinds.count(DecodeKind.PREFINAL) > len({u.segment for u in finals})
+    assert not any(words_of(u.text).endswith("all year") for u in finals)
+    assert jiwer.wer(f"{TIMIT_TEXT} {JFK_TEXT}", words_of(finals[-1].text)) <= 0.15
+
+
+def test_finals_of_their_own_model_use_the_batch_beam() -> None:
+    settings = Settings()
+    same = engine_options(settings)
+    assert same.recognizer.decode.beam_size == 1
+    assert same.max_sessions == settings.realtime.worker_max_sessions
+    models = settings.models.model_copy(update={"streaming_final": "base", "beam_size": 4})
+    own = engine_options(settings.model_copy(update={"models": models}))
+    assert own.recognizer.decode.beam_size == 4            # finals and speculative finals
+    assert own.recognizer.partial_decode.beam_size == 1     # partials stay greedy
+    assert own.recognizer.vad == same.recognizer.vad
