@@ -73,7 +73,7 @@ class Pipeline:
         self.ctx = ctx
         self.settings = ctx.settings
         self.engines = engines
-        self.transcripts = Transcripts(ctx.ch)
+        self.transcripts = Transcripts(ctx.ch, ctx.redis)
         self._topics: dict[str, Any] = {}
         self.stages = Stages(ctx, engines, self.publish)
         self.accounts = app.Table("accounts", default=None, key_type=str, value_type=bytes,

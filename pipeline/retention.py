@@ -75,12 +75,11 @@ async def sweep(ctx: Context, now: datetime | None = None) -> SweepReport:
     """Remove everything expired as of ``now`` (default: the clock); see the module doc."""
     now = now or datetime.now(UTC)
     now = now if now.tzinfo else now.replace(tzinfo=UTC)
-    transcripts = Transcripts(ctx.ch)
+    transcripts = Transcripts(ctx.ch, ctx.redis)
     report = SweepReport(now=now)
     for _ in range(MAX_BATCHES):
         rows = await transcripts.expired(now, BATCH)
-        for row in rows:
-            await forget(ctx, transcripts, row)
+        await forget(ctx, transcripts, rows)
         report.transcripts += len(rows)
         if len(rows) < BATCH:
             break
@@ -102,15 +101,20 @@ async def sweep_once(ctx: Context, lock_s: float = SWEEP_INTERVAL_S) -> SweepRep
     return await sweep(ctx)
 
 
-async def forget(ctx: Context, transcripts: Transcripts, row: TranscriptRow) -> None:
-    """Delete one transcript and everything stored for it."""
-    await transcripts.delete(row)
-    await ctx.objects.delete_prefix(f"jobs/{row.id}/")
-    await ctx.redis.delete("webhook-auth", row.id)
-    if row.file_id:
-        await ctx.objects.delete(f"uploads/{row.file_id}")
-        await ctx.redis.delete("upload", row.file_id)
-        await ctx.redis.delete("upload-claim", row.file_id)
+async def forget(ctx: Context, transcripts: Transcripts, rows: list[TranscriptRow]) -> None:
+    """Delete transcripts and everything stored for them.
+
+    ClickHouse first: a sweep stopped halfway leaves objects that the next sweep's job
+    pass removes (a deleted transcript needs none of them)."""
+    await transcripts.delete_many(rows)
+    keys: list[tuple[str, ...]] = []
+    for row in rows:
+        await ctx.objects.delete_prefix(f"jobs/{row.id}/")
+        keys.append(("webhook-auth", row.id))
+        if row.file_id:
+            await ctx.objects.delete(f"uploads/{row.file_id}")
+            keys += [("upload", row.file_id), ("upload-claim", row.file_id)]
+    await ctx.redis.delete_many(keys)
 
 
 async def _job_running(transcripts: Transcripts, transcript_id: object) -> bool:

@@ -52,7 +52,7 @@ class Stages:
         self.ctx = ctx
         self.engines = engines
         self.publish = publish
-        self.transcripts = Transcripts(ctx.ch)
+        self.transcripts = Transcripts(ctx.ch, ctx.redis)
 
     async def canceled(self, transcript_id: str) -> bool:
         return bool(await self.ctx.redis.get_json("canceled", transcript_id))

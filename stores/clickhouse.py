@@ -69,6 +69,8 @@ class ClickHouse:
         self._insert_contexts: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.inserts = 0
         """Insert statements run (several callers' rows may share one)."""
+        self.queries = 0
+        """Other statements run: queries and commands."""
 
     @property
     def embedded(self) -> bool:
@@ -122,11 +124,14 @@ class ClickHouse:
         self._pool.shutdown(wait=True)
 
     async def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        self.queries += 1
         return await self._run(lambda c: c.command(sql.replace("{db}", self.database),
                                                    parameters=params))
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows as dicts; ``{db}`` in the SQL becomes the database, ``{name:Type}`` binds params."""
+        self.queries += 1
+
         def run(c: Any) -> list[dict[str, Any]]:
             result = c.query(sql.replace("{db}", self.database), parameters=params)
             names = result.column_names
