@@ -1,4 +1,4 @@
-"""A real Valkey server (the binary ``a5s up`` runs) for the store tests."""
+"""A real Valkey server (the binary ``a5s up`` runs) for the store and retention tests."""
 
 from __future__ import annotations
 
