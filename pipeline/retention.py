@@ -161,13 +161,22 @@ async def _sweep_jobs(ctx: Context, transcripts: Transcripts, now: datetime) -> 
         if len(parts) >= 3:
             jobs[parts[1]].append(item)
     removed = 0
-    for tid, items in jobs.items():
-        row = await transcripts.get(tid, include_deleted=True)
-        for item in _unneeded(row, items, now, webhook_window(ctx.settings)):
-            await ctx.objects.delete(item.key)
-            if item.key.endswith("/spec.json"):
-                await ctx.redis.delete("webhook-auth", tid)
-            removed += 1
+    names = list(jobs)
+    for start in range(0, len(names), BATCH):  # one query per batch, not one per job
+        rows = await transcripts.get_many(names[start:start + BATCH])
+        for tid in names[start:start + BATCH]:
+            removed += await _sweep_job(ctx, tid, rows.get(tid), jobs[tid], now)
+    return removed
+
+
+async def _sweep_job(ctx: Context, tid: str, row: TranscriptRow | None,
+                     items: list[ObjectInfo], now: datetime) -> int:
+    removed = 0
+    for item in _unneeded(row, items, now, webhook_window(ctx.settings)):
+        await ctx.objects.delete(item.key)
+        if item.key.endswith("/spec.json"):
+            await ctx.redis.delete("webhook-auth", tid)
+        removed += 1
     return removed
 
 

@@ -103,6 +103,15 @@ class Transcripts:
         row = TranscriptRow.model_validate(rows[0])
         return row if include_deleted or not row.deleted else None
 
+    async def get_many(self, transcript_ids: Sequence[str]) -> dict[str, TranscriptRow]:
+        """The stored rows (deleted ones included) of many transcripts, in one query."""
+        if not transcript_ids:
+            return {}
+        rows = await self.ch.query(
+            "SELECT * FROM {db}.transcripts FINAL WHERE id IN {ids:Array(String)}",
+            {"ids": list(transcript_ids)})
+        return {r["id"]: TranscriptRow.model_validate(r) for r in rows}
+
     async def list(self, account_id: str, *, limit: int, status: str | None = None,
                    before: str | None = None) -> list[TranscriptRow]:
         sql = ("SELECT * FROM {db}.transcripts FINAL WHERE account_id = {a:String} "
