@@ -71,6 +71,9 @@ class ClickHouse:
         """Insert statements run (several callers' rows may share one)."""
         self.queries = 0
         """Other statements run: queries and commands."""
+        self.cpu_s = 0.0
+        """CPU time of the ClickHouse thread in the driver and the engine's own work on
+        it (chdb runs a statement on the calling thread; its merges are not counted)."""
 
     @property
     def embedded(self) -> bool:
@@ -92,8 +95,12 @@ class ClickHouse:
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
-            with map_clickhouse_errors():
-                return fn(self._connect(), *args, **kwargs)
+            started = time.thread_time()
+            try:
+                with map_clickhouse_errors():
+                    return fn(self._connect(), *args, **kwargs)
+            finally:
+                self.cpu_s += time.thread_time() - started
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def table(self, name: str) -> str:

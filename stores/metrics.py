@@ -135,7 +135,8 @@ class Metrics:
 
     def count_statements(self, clickhouse: object) -> None:
         """Export ``clickhouse``'s statement counters (its ``inserts`` and ``queries``)
-        as ``a5s_clickhouse_statements_total{kind}``: what a job costs the engine."""
+        as ``a5s_clickhouse_statements_total{kind}`` and its thread's CPU time as
+        ``a5s_clickhouse_cpu_seconds_total``: what a job costs the engine."""
         class Statements:
             def collect(self) -> Iterator[Metric]:
                 family = CounterMetricFamily(
@@ -145,6 +146,11 @@ class Metrics:
                 family.add_metric(["insert"], getattr(clickhouse, "inserts", 0))
                 family.add_metric(["query"], getattr(clickhouse, "queries", 0))
                 yield family
+                cpu = CounterMetricFamily(
+                    "a5s_clickhouse_cpu_seconds", "CPU time of this process's ClickHouse "
+                    "thread (driver and embedded engine; not its background merges).")
+                cpu.add_metric([], getattr(clickhouse, "cpu_s", 0.0))
+                yield cpu
         self.registry.register(Statements())  # type: ignore[arg-type]
 
     # --- recording helpers ---------------------------------------------------------------------
