@@ -74,7 +74,7 @@ class Reconciler:
         self.ctx = ctx
         self.table = table
         self.publish = publish
-        self.transcripts = Transcripts(ctx.ch, ctx.redis)
+        self.transcripts = Transcripts(ctx.ch)
         self.topic = ctx.settings.topic_prefix + ACCOUNT_EVENTS.name
         self.partitions = ctx.settings.partitions
         self.assignment: frozenset[Any] | None = None
