@@ -41,7 +41,7 @@ PENDING = "pending"
 class JobService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.transcripts = Transcripts(ctx.ch)
+        self.transcripts = Transcripts(ctx.ch, ctx.redis)
 
     # --- create -------------------------------------------------------------------------------
 
@@ -185,17 +185,15 @@ class JobService:
                               ) -> tuple[Transcript, TranscriptResult | None] | None:
         """The transcript, and its stored result once completed (which also holds what
         ``/v1`` does not show, such as word confidences)."""
-        row = await self.transcripts.get(transcript_id, account_id)
-        if row is None:
+        found = await self.transcripts.get_with_result(transcript_id, account_id)
+        if found is None:
             if missing_ok:
                 return None
             raise NotFound(f"No transcript {transcript_id!r}.")
+        row, result = found
         data = row.summary().model_dump()
-        result = None
-        if row.status == "completed":
-            result = await self.transcripts.result(row.id, account_id)
-            if result is not None:
-                data |= result.public()
+        if result is not None:
+            data |= result.public()
         return Transcript.model_validate(data), result
 
     # --- delete -------------------------------------------------------------------------------

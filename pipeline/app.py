@@ -93,7 +93,8 @@ class Pipeline:
         self.ctx = ctx
         self.settings = ctx.settings
         self.engines = engines
-        self.transcripts = transcripts if transcripts is not None else Transcripts(ctx.ch)
+        self.transcripts = (transcripts if transcripts is not None
+                            else Transcripts(ctx.ch, ctx.redis))
         self.fetch = fetch if fetch is not None else url_fetcher(ctx.settings)
         self._topics: dict[str, Any] = {}
         self.accounts = app.Table(ACCOUNTS.name, default=None, key_type=str, value_type=bytes,

@@ -36,7 +36,7 @@ from stores.objects import ObjectInfo
 from stores.transcripts import Transcripts
 from topologies.objects import (JOBS_PREFIX, UPLOADS_PREFIX, JobFiles, file_id_of,
                                  transcript_id_of, upload_key)
-from topologies.redis_keys import RETENTION_LOCK
+from topologies.redis_keys import RETENTION_LOCK, UPLOAD, UPLOAD_CLAIM, WEBHOOK_AUTH
 
 __all__ = ["SweepReport", "sweep", "sweep_once", "webhook_window", "SWEEP_INTERVAL_S"]
 
@@ -78,12 +78,11 @@ async def sweep(ctx: Context, now: datetime | None = None) -> SweepReport:
     """Remove everything expired as of ``now`` (default: the clock); see the module doc."""
     now = now or datetime.now(UTC)
     now = now if now.tzinfo else now.replace(tzinfo=UTC)
-    transcripts = Transcripts(ctx.ch)
+    transcripts = Transcripts(ctx.ch, ctx.redis)
     report = SweepReport(now=now)
     for _ in range(MAX_BATCHES):
         rows = await transcripts.expired(now, BATCH)
-        for row in rows:
-            await forget(ctx, transcripts, row)
+        await forget(ctx, transcripts, rows)
         report.transcripts += len(rows)
         if len(rows) < BATCH:
             break
@@ -105,15 +104,20 @@ async def sweep_once(ctx: Context, lock_s: float = SWEEP_INTERVAL_S) -> SweepRep
     return await sweep(ctx)
 
 
-async def forget(ctx: Context, transcripts: Transcripts, row: TranscriptRow) -> None:
-    """Delete one transcript and everything stored for it."""
-    await transcripts.delete(row)
-    await ctx.objects.delete_prefix(JobFiles(row.id).prefix)
-    await ctx.redis.drop_webhook_auth(row.id)
-    if row.file_id:
-        await ctx.objects.delete(upload_key(row.file_id))
-        await ctx.redis.drop_upload(row.file_id)
-        await ctx.redis.release_upload(row.file_id)
+async def forget(ctx: Context, transcripts: Transcripts, rows: list[TranscriptRow]) -> None:
+    """Delete transcripts and everything stored for them.
+
+    ClickHouse first: a sweep stopped halfway leaves objects that the next sweep's job
+    pass removes (a deleted transcript needs none of them)."""
+    await transcripts.delete_many(rows)
+    keys: list[tuple[str, ...]] = []
+    for row in rows:
+        await ctx.objects.delete_prefix(JobFiles(row.id).prefix)
+        keys.append(WEBHOOK_AUTH.key(row.id))
+        if row.file_id:
+            await ctx.objects.delete(upload_key(row.file_id))
+            keys += [UPLOAD.key(row.file_id), UPLOAD_CLAIM.key(row.file_id)]
+    await ctx.redis.delete_many(keys)
 
 
 async def _job_running(transcripts: Transcripts, transcript_id: object) -> bool:
@@ -159,13 +163,22 @@ async def _sweep_jobs(ctx: Context, transcripts: Transcripts, now: datetime) -> 
         if tid is not None:
             jobs[tid].append(item)
     removed = 0
-    for tid, items in jobs.items():
-        row = await transcripts.get(tid, include_deleted=True)
-        for item in _unneeded(row, items, now, webhook_window(ctx.settings)):
-            await ctx.objects.delete(item.key)
-            if JobFiles(tid).is_spec(item.key):
-                await ctx.redis.drop_webhook_auth(tid)
-            removed += 1
+    names = list(jobs)
+    for start in range(0, len(names), BATCH):  # one query per batch, not one per job
+        rows = await transcripts.get_many(names[start:start + BATCH])
+        for tid in names[start:start + BATCH]:
+            removed += await _sweep_job(ctx, tid, rows.get(tid), jobs[tid], now)
+    return removed
+
+
+async def _sweep_job(ctx: Context, tid: str, row: TranscriptRow | None,
+                     items: list[ObjectInfo], now: datetime) -> int:
+    removed = 0
+    for item in _unneeded(row, items, now, webhook_window(ctx.settings)):
+        await ctx.objects.delete(item.key)
+        if JobFiles(tid).is_spec(item.key):
+            await ctx.redis.drop_webhook_auth(tid)
+        removed += 1
     return removed
 
 

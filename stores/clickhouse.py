@@ -69,6 +69,11 @@ class ClickHouse:
         self._insert_contexts: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.inserts = 0
         """Insert statements run (several callers' rows may share one)."""
+        self.queries = 0
+        """Other statements run: queries and commands."""
+        self.cpu_s = 0.0
+        """CPU time of the ClickHouse thread in the driver and the engine's own work on
+        it (chdb runs a statement on the calling thread; its merges are not counted)."""
 
     @property
     def embedded(self) -> bool:
@@ -90,8 +95,12 @@ class ClickHouse:
 
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         def call() -> Any:
-            with map_clickhouse_errors():
-                return fn(self._connect(), *args, **kwargs)
+            started = time.thread_time()
+            try:
+                with map_clickhouse_errors():
+                    return fn(self._connect(), *args, **kwargs)
+            finally:
+                self.cpu_s += time.thread_time() - started
         return await asyncio.get_running_loop().run_in_executor(self._pool, call)
 
     def table(self, name: str) -> str:
@@ -122,11 +131,14 @@ class ClickHouse:
         self._pool.shutdown(wait=True)
 
     async def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
+        self.queries += 1
         return await self._run(lambda c: c.command(sql.replace("{db}", self.database),
                                                    parameters=params))
 
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
         """Rows as dicts; ``{db}`` in the SQL becomes the database, ``{name:Type}`` binds params."""
+        self.queries += 1
+
         def run(c: Any) -> list[dict[str, Any]]:
             result = c.query(sql.replace("{db}", self.database), parameters=params)
             names = result.column_names

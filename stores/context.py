@@ -53,6 +53,9 @@ class Context:
     metrics: Metrics = field(default_factory=Metrics)
     """This process's Prometheus registry (served at ``GET /metrics``)."""
 
+    def __post_init__(self) -> None:
+        self.metrics.count_statements(self.ch)
+
     @classmethod
     def build(cls, settings: Settings) -> Context:
         ch = build_clickhouse(settings)

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
                                generate_latest)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import Metric
+from prometheus_client.metrics_core import CounterMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
 __all__ = ["Metrics", "TEXT", "OPENMETRICS", "route_label", "negotiate"]
@@ -132,6 +132,26 @@ class Metrics:
             "a5s_webhook_deliveries", "Webhook delivery attempts by outcome: delivered, "
             "retrying, rejected, gave_up, abandoned.", ["outcome"], registry=r)
         self._routes: dict[tuple[int, type], str] = {}
+
+    def count_statements(self, clickhouse: object) -> None:
+        """Export ``clickhouse``'s statement counters (its ``inserts`` and ``queries``)
+        as ``a5s_clickhouse_statements_total{kind}`` and its thread's CPU time as
+        ``a5s_clickhouse_cpu_seconds_total``: what a job costs the engine."""
+        class Statements:
+            def collect(self) -> Iterator[Metric]:
+                family = CounterMetricFamily(
+                    "a5s_clickhouse_statements", "ClickHouse statements this process ran: "
+                    "insert (rows of concurrent callers may share one), query (queries and "
+                    "commands).", labels=["kind"])
+                family.add_metric(["insert"], getattr(clickhouse, "inserts", 0))
+                family.add_metric(["query"], getattr(clickhouse, "queries", 0))
+                yield family
+                cpu = CounterMetricFamily(
+                    "a5s_clickhouse_cpu_seconds", "CPU time of this process's ClickHouse "
+                    "thread (driver and embedded engine; not its background merges).")
+                cpu.add_metric([], getattr(clickhouse, "cpu_s", 0.0))
+                yield cpu
+        self.registry.register(Statements())  # type: ignore[arg-type]
 
     # --- recording helpers ---------------------------------------------------------------------
 

@@ -1,9 +1,10 @@
 """Redis (embedded Valkey by default): atomic admission shared by every gateway replica.
 
 Owns rate-limit buckets, the per-account set of waiting jobs, idempotency
-records, the API-key cache, live-session slots, and the account ledger
-snapshots the accounts agent publishes. Every multi-step check is one Lua
-script, so concurrent replicas cannot both pass a limit.
+records, the API-key cache, live-session slots, the account ledger
+snapshots the accounts agent publishes, and the read model of live transcripts
+(``row_*``). Every multi-step check is one Lua script, so concurrent replicas
+cannot both pass a limit.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_exc
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
-from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, UPLOAD, UPLOAD_CLAIM,
-                                   WEBHOOK_AUTH)
+from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, TRANSCRIPT, UPLOAD,
+                                   UPLOAD_CLAIM, WEBHOOK_AUTH)
 
 __all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
 
@@ -51,6 +52,46 @@ if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
   redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1
+"""
+
+# The read model of a transcript: one hash per id, {run, pending, version, row, result,
+# deleted}. `run` is the server's run_id when the entry was made: a restarted server (whose
+# append-only file may have lost its last second of writes) shows no entry from before,
+# so every read goes to ClickHouse until the next write. `pending` counts writers between
+# `begin` and `end`: while one is, ClickHouse may already hold a newer row, so the entry
+# is not answered from.
+_RUN = "local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')\n"
+_ROW_BEGIN = _RUN + """
+if redis.call('HGET', KEYS[1], 'run') ~= run then
+  redis.call('DEL', KEYS[1]); redis.call('HSET', KEYS[1], 'run', run, 'pending', 0)
+  redis.call('PEXPIRE', KEYS[1], ARGV[1])
+end
+return redis.call('HINCRBY', KEYS[1], 'pending', 1)
+"""
+# ARGV: version, row JSON, ttl ms, deleted (1/0). An older version than the entry's is
+# not stored (concurrent writers: the highest version wins, as in ClickHouse).
+_ROW_END = _RUN + """
+if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
+if redis.call('HINCRBY', KEYS[1], 'pending', -1) < 0 then
+  redis.call('HSET', KEYS[1], 'pending', 0) end
+local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '-1')
+if tonumber(ARGV[1]) <= current then return 0 end
+redis.call('HSET', KEYS[1], 'version', ARGV[1], 'row', ARGV[2], 'deleted', ARGV[4])
+if ARGV[4] == '1' then redis.call('HDEL', KEYS[1], 'result') end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+# ARGV: 1 to return the result too. Nothing unless the entry is whole and settled.
+_ROW_GET = _RUN + """
+local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'row', 'result')
+if v[1] ~= run or not v[3] or tonumber(v[2] or '1') ~= 0 then return false end
+if ARGV[1] == '1' and v[4] then return {v[3], v[4]} end
+return {v[3]}
+"""
+_ROW_RESULT = _RUN + """
+if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
+if redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
+redis.call('HSET', KEYS[1], 'result', ARGV[1]); return 1
 """
 
 
@@ -89,6 +130,10 @@ class RedisStore:
         self._rate = self.client.register_script(_RATE)
         self._bounded_add = self.client.register_script(_BOUNDED_ADD)
         self._lease = self.client.register_script(_LEASE)
+        self._row_begin = self.client.register_script(_ROW_BEGIN)
+        self._row_end = self.client.register_script(_ROW_END)
+        self._row_get = self.client.register_script(_ROW_GET)
+        self._row_result = self.client.register_script(_ROW_RESULT)
 
     def k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -159,12 +204,58 @@ class RedisStore:
         async with map_redis_errors():
             await self.client.delete(self.k(*key))
 
+    async def delete_many(self, keys: list[tuple[str, ...]]) -> None:
+        """Delete many keys in one command."""
+        if keys:
+            async with map_redis_errors():
+                await self.client.delete(*(self.k(*key) for key in keys))
+
     async def names(self, kind: str) -> list[str]:
         """The last key part of every ``kind:<name>`` key (SCAN, so never blocking Redis)."""
         prefix = self.k(kind, "")
         async with map_redis_errors():
             return [key[len(prefix):] async for key in
                     self.client.scan_iter(match=prefix.replace("*", r"\*") + "*", count=500)]
+
+    # --- read model of live transcripts ---------------------------------------------------------
+
+    async def row_begin(self, transcript_id: str, ttl_s: float) -> None:
+        """Before a transcript's row is written to ClickHouse: readers go there until
+        :meth:`row_end` (or for good, should the writer not get that far)."""
+        async with map_redis_errors():
+            await self._row_begin(keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+                                  args=[int(ttl_s * 1000)])
+
+    async def row_end(self, transcript_id: str, version: int, row_json: str, ttl_s: float,
+                      deleted: bool) -> bool:
+        """After the row is stored in ClickHouse: the entry answers reads again, with this
+        row unless a newer one is there. ``deleted`` drops the cached result."""
+        async with map_redis_errors():
+            return bool(await self._row_end(
+                keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+                args=[version, row_json, int(ttl_s * 1000), 1 if deleted else 0]))
+
+    async def row_get(self, transcript_id: str, *,
+                      with_result: bool = False) -> tuple[str, str | None] | None:
+        """(row JSON, result JSON or None) when the entry may answer; None: ask ClickHouse."""
+        async with map_redis_errors():
+            found = await self._row_get(keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+                                        args=[1 if with_result else 0])
+        if not found:
+            return None
+        return found[0], (found[1] if len(found) > 1 else None)
+
+    async def row_result(self, transcript_id: str, result_json: str) -> None:
+        """After the result is stored in ClickHouse: keep a copy beside the row."""
+        async with map_redis_errors():
+            await self._row_result(keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+                                   args=[result_json])
+
+    async def row_forget(self, transcript_ids: list[str]) -> None:
+        """Drop entries (readers go to ClickHouse); one command for many ids."""
+        if transcript_ids:
+            async with map_redis_errors():
+                await self.client.delete(*(self.k(*TRANSCRIPT.key(t)) for t in transcript_ids))
 
     # --- keys the gateway and the pipeline share (declared in topologies.redis_keys) -----------
 

@@ -2,31 +2,78 @@
 
 Rows are versioned (``schemas.rows.version_for``): a state never goes back, so a
 replayed stage cannot undo a later one, and a deleted transcript stays deleted.
+
+Given a ``RedisStore``, the current row of a live job (and its result once saved) is
+also kept in Redis, written around every ClickHouse write of the row
+(``RedisStore.row_begin`` before, ``row_end`` after), so the pipeline's point reads
+and the client's ``GET`` cost a Redis call instead of a ClickHouse query. ClickHouse
+stays the record: an entry that is missing, expired, mid-write or older than the
+Redis server's restart is not used, and the read goes to ClickHouse. Entries live
+``LIVE_TTL_S`` while a job waits or runs and ``DONE_TTL_S`` once it has ended.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from schemas.records import TranscriptResult
 from schemas.rows import STATE_RANK, TranscriptRow, UsageEventRow, version_for
 
-from .clickhouse import ClickHouse
+from .clickhouse import ClickHouse, RemoteClickHouse
+from .redis import RedisStore
 
-__all__ = ["Transcripts"]
+__all__ = ["Transcripts", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX"]
 
 _COLUMNS = list(TranscriptRow.model_fields)
+LIVE_TTL_S = 7 * 24 * 3600.0
+"""How long the read model keeps the row of a job that waits or runs."""
+DONE_TTL_S = 3600.0
+"""How long it keeps the row (and result) of a job that ended or was deleted: the
+client's polling and a webhook's follow-up ``GET`` happen within it."""
+RESULT_CACHE_MAX = 256 * 1024
+"""Longer results (JSON characters) are read from ClickHouse only."""
+_FINAL = ("completed", "error", "deleted")
 
 
 class Transcripts:
-    def __init__(self, ch: ClickHouse) -> None:
+    def __init__(self, ch: ClickHouse | RemoteClickHouse, redis: RedisStore | None = None,
+                 ) -> None:
         self.ch = ch
+        self.redis = redis
+
+    async def _store(self, row: TranscriptRow) -> None:
+        """Write a row version to ClickHouse and, around it, to the read model."""
+        if self.redis is None:
+            await self.ch.insert("transcripts", [row.model_dump(include=set(_COLUMNS))])
+            return
+        await self.redis.row_begin(row.id, LIVE_TTL_S)
+        await self.ch.insert("transcripts", [row.model_dump(include=set(_COLUMNS))])
+        ttl = DONE_TTL_S if row.deleted or row.status in _FINAL else LIVE_TTL_S
+        await self.redis.row_end(row.id, row.version, row.model_dump_json(), ttl,
+                                 bool(row.deleted))
+
+    async def _cached(self, transcript_id: str, account_id: str | None, *,
+                      with_result: bool = False,
+                      ) -> tuple[TranscriptRow | None, TranscriptResult | None] | None:
+        """The read model's answer: None where ClickHouse must answer, else (the row, or
+        None for another account's id, which is not found either way; the result)."""
+        if self.redis is None:
+            return None
+        found = await self.redis.row_get(transcript_id, with_result=with_result)
+        if found is None:
+            return None
+        row = TranscriptRow.model_validate_json(found[0])
+        if account_id is not None and row.account_id != account_id:
+            return None, None
+        result = TranscriptResult.model_validate_json(found[1]) if found[1] else None
+        return row, result
 
     async def insert(self, row: TranscriptRow) -> None:
         row = row.model_copy(update={"version": version_for(row.status, row.created_at)})
-        await self.ch.insert("transcripts", [row.model_dump(include=set(_COLUMNS))])
+        await self._store(row)
 
     async def get(self, transcript_id: str, account_id: str | None = None,
                   *, include_deleted: bool = False) -> TranscriptRow | None:
@@ -36,6 +83,15 @@ class Transcripts:
         ``(account_id, id)``, so with it the lookup reads only that key's range;
         without it, every transcript of every account is read and merged (``FINAL``).
         """
+        cached = await self._cached(transcript_id, account_id)
+        if cached is not None:
+            row = cached[0]
+            return row if row is not None and (include_deleted or not row.deleted) else None
+        return await self._get_stored(transcript_id, account_id,
+                                      include_deleted=include_deleted)
+
+    async def _get_stored(self, transcript_id: str, account_id: str | None = None,
+                          *, include_deleted: bool = False) -> TranscriptRow | None:
         sql = "SELECT * FROM {db}.transcripts FINAL WHERE id = {id:String}"
         params: dict[str, Any] = {"id": transcript_id}
         if account_id is not None:
@@ -46,6 +102,15 @@ class Transcripts:
             return None
         row = TranscriptRow.model_validate(rows[0])
         return row if include_deleted or not row.deleted else None
+
+    async def get_many(self, transcript_ids: Sequence[str]) -> dict[str, TranscriptRow]:
+        """The stored rows (deleted ones included) of many transcripts, in one query."""
+        if not transcript_ids:
+            return {}
+        rows = await self.ch.query(
+            "SELECT * FROM {db}.transcripts FINAL WHERE id IN {ids:Array(String)}",
+            {"ids": list(transcript_ids)})
+        return {r["id"]: TranscriptRow.model_validate(r) for r in rows}
 
     async def list(self, account_id: str, *, limit: int, status: str | None = None,
                    before: str | None = None) -> list[TranscriptRow]:
@@ -87,11 +152,10 @@ class Transcripts:
             update.setdefault("completed_at", row.completed_at or at)
             update.setdefault("started_at", row.started_at or at)
         if status == "deleted":
-            update |= {"deleted": 1, "metadata": "{}", "audio_url": None,
-                       "webhook_url": None}
+            update |= _EMPTIED
         new = row.model_copy(update=update)
         new.version = max(version_for(status, at), row.version + 1)
-        await self.ch.insert("transcripts", [new.model_dump(include=set(_COLUMNS))])
+        await self._store(new)
         if status == "deleted":
             await self.purge_versions(row.account_id, row.id)
         return new
@@ -138,15 +202,51 @@ class Transcripts:
         if row is None:
             return
         new = row.model_copy(update={"webhook_status_code": code, "version": row.version + 1})
-        await self.ch.insert("transcripts", [new.model_dump(include=set(_COLUMNS))])
+        await self._store(new)
 
     async def save_result(self, row: TranscriptRow, result: TranscriptResult) -> None:
+        raw = result.model_dump_json()
         await self.ch.insert("transcript_results", [{
             "id": row.id, "account_id": row.account_id,
             "completed_at": row.completed_at or datetime.now(UTC), "text": result.text,
-            "result": result.model_dump_json(), "deleted": 0, "version": 1}])
+            "result": raw, "deleted": 0, "version": 1}])
+        if self.redis is not None and len(raw) <= RESULT_CACHE_MAX:
+            await self.redis.row_result(row.id, raw)
+
+    async def get_with_result(self, transcript_id: str, account_id: str,
+                              ) -> tuple[TranscriptRow, TranscriptResult | None] | None:
+        """The current row (not deleted) and, once completed, its result: one Redis call
+        for a live job, else two ClickHouse reads."""
+        cached = await self._cached(transcript_id, account_id, with_result=True)
+        if cached is not None:
+            row, result = cached
+            if row is None or row.deleted:
+                return None
+            if row.status != "completed":
+                return row, None
+            if result is not None:
+                return row, result
+        else:
+            found = await self._get_stored(transcript_id, account_id)
+            if found is None:
+                return None
+            row = found
+        if row.status != "completed":
+            return row, None
+        return row, await self._stored_result(row.id, account_id)
 
     async def result(self, transcript_id: str, account_id: str) -> TranscriptResult | None:
+        cached = await self._cached(transcript_id, account_id, with_result=True)
+        if cached is not None:
+            row, result = cached
+            if row is None or row.deleted:
+                return None
+            if result is not None:
+                return result
+        return await self._stored_result(transcript_id, account_id)
+
+    async def _stored_result(self, transcript_id: str,
+                             account_id: str) -> TranscriptResult | None:
         rows = await self.ch.query(
             "SELECT result, deleted FROM {db}.transcript_results FINAL WHERE account_id = "
             "{a:String} AND id = {id:String}", {"a": account_id, "id": transcript_id})
@@ -157,12 +257,40 @@ class Transcripts:
     async def delete(self, row: TranscriptRow) -> None:
         """Remove every stored detail: metadata, URLs, webhook target and the result."""
         await self.change(row.id, "deleted", account_id=row.account_id)
-        await self.ch.insert("transcript_results", [{
-            "id": row.id, "account_id": row.account_id, "completed_at": datetime.now(UTC),
-            "text": "", "result": "{}", "deleted": 1, "version": 2}])
+        await self.ch.insert("transcript_results", [_result_tombstone(row)])
         await self.ch.command(
             "DELETE FROM {db}.transcript_results WHERE account_id = {a:String} AND id = "
             "{id:String}", {"a": row.account_id, "id": row.id})
+
+    async def delete_many(self, rows: Sequence[TranscriptRow],
+                          at: datetime | None = None) -> None:
+        """:meth:`delete` for many finished transcripts in four statements, whatever
+        their number: one insert of tombstones per table, then one ``DELETE`` per table
+        of every earlier version (a lightweight delete in ClickHouse is a mutation that
+        rewrites a part's mask: its cost is per statement far more than per row).
+
+        The read model's entries are dropped before anything is written (readers go
+        to ClickHouse, which answers with the old row until the tombstone lands) and
+        again after (a writer that ran in between)."""
+        if not rows:
+            return
+        at = at or datetime.now(UTC)
+        ids = [r.id for r in rows]
+        if self.redis is not None:
+            await self.redis.row_forget(ids)
+        tombstones = [_tombstone(r, at) for r in rows]
+        await self.ch.insert("transcripts",
+                             [t.model_dump(include=set(_COLUMNS)) for t in tombstones])
+        await self.ch.insert("transcript_results", [_result_tombstone(r) for r in rows])
+        pairs = [(r.account_id, r.id) for r in rows]
+        await self.ch.command(
+            "DELETE FROM {db}.transcripts WHERE (account_id, id) IN "
+            "{p:Array(Tuple(String, String))} AND deleted = 0", {"p": pairs})
+        await self.ch.command(
+            "DELETE FROM {db}.transcript_results WHERE (account_id, id) IN "
+            "{p:Array(Tuple(String, String))}", {"p": pairs})
+        if self.redis is not None:
+            await self.redis.row_forget(ids)
 
     async def record_usage(self, event: UsageEventRow) -> None:
         await self.ch.insert("usage_events", [event.model_dump()])
@@ -170,3 +298,18 @@ class Transcripts:
     @staticmethod
     def metadata_json(metadata: dict[str, Any]) -> str:
         return json.dumps(metadata, separators=(",", ":"))
+
+
+_EMPTIED = {"deleted": 1, "metadata": "{}", "audio_url": None, "webhook_url": None}
+"""What a deleted transcript's row keeps none of."""
+
+
+def _tombstone(row: TranscriptRow, at: datetime) -> TranscriptRow:
+    new = row.model_copy(update=_EMPTIED | {"status": "deleted"})
+    new.version = max(version_for("deleted", at), row.version + 1)
+    return new
+
+
+def _result_tombstone(row: TranscriptRow) -> dict[str, Any]:
+    return {"id": row.id, "account_id": row.account_id, "completed_at": datetime.now(UTC),
+            "text": "", "result": "{}", "deleted": 1, "version": 2}

@@ -15,7 +15,7 @@ from typing import Literal
 
 __all__ = ["RedisKey", "REDIS_KEYS", "CANCELED", "WEBHOOK_AUTH", "LEDGER", "QUEUED", "UPLOAD",
            "UPLOAD_CLAIM", "LIVE", "IDEMPOTENCY", "RATE", "RETENTION_LOCK", "ACCOUNT_CACHE",
-           "KEY_CACHE"]
+           "KEY_CACHE", "TRANSCRIPT"]
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class RedisKey:
 
     kind: str
     parts: tuple[str, ...]
-    type: Literal["json", "set", "zset", "counter"]
+    type: Literal["json", "set", "zset", "counter", "hash"]
     description: str
     ttl_s: float | None = None
 
@@ -61,7 +61,10 @@ RETENTION_LOCK = RedisKey("retention-sweep", (), "json",
                           "one replica sweeps per interval")
 ACCOUNT_CACHE = RedisKey("account", ("account_id",), "json", "cached account rows")
 KEY_CACHE = RedisKey("key", ("key_hash",), "json", "cached API-key lookups")
+TRANSCRIPT = RedisKey("transcript", ("transcript_id",), "hash",
+                      "read model of a live transcript: its current row and result, written "
+                      "after ClickHouse by every row writer (docs/job-path.md)")
 
 REDIS_KEYS: tuple[RedisKey, ...] = (CANCELED, WEBHOOK_AUTH, LEDGER, QUEUED, UPLOAD, UPLOAD_CLAIM,
                                     LIVE, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,
-                                    KEY_CACHE)
+                                    KEY_CACHE, TRANSCRIPT)

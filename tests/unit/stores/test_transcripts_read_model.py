@@ -1,0 +1,164 @@
+"""The transcripts' Redis read model against real chdb and Valkey.
+
+chdb allows one engine per process, so each scenario runs in its own interpreter and
+prints what it saw; the assertions are here. ``queries`` counts the ClickHouse
+statements a step ran: 0 means the read model answered.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.stack import REPO
+
+_PRELUDE = """
+import asyncio, json, sys
+from datetime import UTC, datetime, timedelta
+import stores.transcripts as T
+from schemas.records import TranscriptResult
+from schemas.rows import TranscriptRow
+from stores.clickhouse import ClickHouse
+from stores.redis import RedisStore
+out = {}
+def seen(name, value):
+    out[name] = value
+async def counted(ch, call):
+    before = ch.queries
+    value = await call
+    return value, ch.queries - before
+def brief(row):
+    return None if row is None else {"status": row.status, "deleted": row.deleted,
+                                     "metadata": row.metadata, "version": row.version,
+                                     "duration": row.audio_duration}
+"""
+
+LIFECYCLE = _PRELUDE + """
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    redis = RedisStore(sys.argv[2], prefix=sys.argv[3])
+    t = T.Transcripts(ch, redis)
+    plain = T.Transcripts(ch)  # ClickHouse only
+    now = datetime.now(UTC)
+    await t.insert(TranscriptRow(id="tr_a", account_id="acct_1", key_id="k", created_at=now,
+                                 status="queued", metadata='{"x":1}'))
+    row, q = await counted(ch, t.get("tr_a", "acct_1"))
+    seen("queued", [brief(row), q, brief(await plain.get("tr_a", "acct_1"))])
+    await t.change("tr_a", "processing", now, account_id="acct_1")
+    row, q = await counted(ch, t.get("tr_a", "acct_1"))
+    seen("processing", [brief(row), q, brief(await plain.get("tr_a", "acct_1"))])
+    await t.save_result(row, TranscriptResult(text="hello there"))
+    # Still processing: the row says so, and the result is not shown before completion.
+    found, q = await counted(ch, t.get_with_result("tr_a", "acct_1"))
+    seen("result_before_completed", [brief(found[0]), found[1] is None, q])
+    await t.change("tr_a", "completed", now, account_id="acct_1", audio_duration=2.5)
+    found, q = await counted(ch, t.get_with_result("tr_a", "acct_1"))
+    seen("completed", [brief(found[0]), found[1].text, q,
+                       brief(await plain.get("tr_a", "acct_1"))])
+    await t.change("tr_a", "processing", now, account_id="acct_1")  # a replay: loses
+    row, q = await counted(ch, t.get("tr_a", "acct_1"))
+    seen("replayed_older_state", [brief(row), q])
+    # Another account's id: not found, from the read model as from ClickHouse.
+    other, q = await counted(ch, t.get("tr_a", "acct_2"))
+    other_full, q2 = await counted(ch, t.get_with_result("tr_a", "acct_2"))
+    other_change = await t.change("tr_a", "deleted", now, account_id="acct_2")
+    seen("other_account", [other, q, other_full, q2, other_change,
+                           brief(await t.get("tr_a", "acct_1"))])
+    # The read model's entry ends: ClickHouse answers the same.
+    await redis.row_forget(["tr_a"])
+    found, q = await counted(ch, t.get_with_result("tr_a", "acct_1"))
+    seen("expired", [brief(found[0]), found[1].text, q])
+    # An entry mid-write (a writer between begin and end, or one that died there) is not
+    # used; nor is one from before a Redis restart (another run_id).
+    await t.change("tr_a", "completed", now, account_id="acct_1", audio_duration=2.5)
+    await t.set_webhook_status("tr_a", 204, "acct_1")
+    await redis.row_begin("tr_a", 60)
+    row, q = await counted(ch, t.get("tr_a", "acct_1"))
+    seen("mid_write", [brief(row), q])
+    await redis.row_end("tr_a", 1, "{}", 60, False)  # an older version: not stored
+    row, q = await counted(ch, t.get("tr_a", "acct_1"))
+    seen("older_end", [brief(row), q, row.webhook_status_code])
+    await redis.client.hset(redis.k("transcript", "tr_a"), "run", "0" * 40)
+    row, q = await counted(ch, t.get("tr_a", "acct_1"))
+    seen("other_run", [brief(row), q])
+    # Deleted stays deleted: in the read model, in ClickHouse after expiry, and after a
+    # replayed change.
+    await t.change("tr_a", "completed", now, account_id="acct_1")
+    await t.delete(await t.get("tr_a", "acct_1"))
+    gone, q = await counted(ch, t.get("tr_a", "acct_1"))
+    tomb = await t.get("tr_a", include_deleted=True)
+    full, q2 = await counted(ch, t.get_with_result("tr_a", "acct_1"))
+    result, q3 = await counted(ch, t.result("tr_a", "acct_1"))
+    seen("deleted", [gone, q, brief(tomb), full, q2, result, q3])
+    await t.change("tr_a", "completed", now, account_id="acct_1")
+    await t.set_webhook_status("tr_a", 500)
+    await redis.row_forget(["tr_a"])
+    seen("deleted_after_expiry", [await t.get("tr_a", "acct_1"),
+                                  await t.get_with_result("tr_a", "acct_1"),
+                                  brief(await t.get("tr_a", include_deleted=True))])
+    # Entries expire: a live job's after LIVE_TTL_S, an ended one's after DONE_TTL_S.
+    await t.insert(TranscriptRow(id="tr_b", account_id="acct_1", key_id="k", created_at=now,
+                                 status="queued"))
+    live_ttl = await redis.client.ttl(redis.k("transcript", "tr_b"))
+    await t.change("tr_b", "error", now, account_id="acct_1", error_code="x",
+                   error_message="y")
+    done_ttl = await redis.client.ttl(redis.k("transcript", "tr_b"))
+    seen("ttl", [live_ttl, done_ttl])
+    print(json.dumps(out))
+    await redis.close()
+    await ch.close()
+asyncio.run(main())
+"""
+
+
+def _run(script: str, *args: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO,
+                          capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_read_model_answers_every_state_and_falls_back_to_clickhouse(
+        tmp_path: Path, valkey: str) -> None:
+    from stores.transcripts import DONE_TTL_S, LIVE_TTL_S
+    out = _run(LIFECYCLE, str(tmp_path / "ch"), valkey, "rm1:")
+
+    def state(value: dict) -> tuple:
+        return value["status"], value["deleted"], value["metadata"], value["duration"]
+
+    # Read-your-writes after each change, from Redis alone, equal to ClickHouse's row.
+    for name, status in (("queued", "queued"), ("processing", "processing")):
+        row, queries, stored = out[name]
+        assert row["status"] == status and queries == 0, (name, out[name])
+        assert row == stored, name
+    row, no_result, queries = out["result_before_completed"]
+    assert row["status"] == "processing" and no_result and queries == 0
+    row, text, queries, stored = out["completed"]
+    assert state(row) == ("completed", 0, '{"x":1}', 2.5) and text == "hello there"
+    assert queries == 0 and row == stored
+    row, queries = out["replayed_older_state"]
+    assert row["status"] == "completed" and queries == 0
+    other, q, other_full, q2, other_change, own = out["other_account"]
+    assert other is None and other_full is None and other_change is None
+    assert q == 0 and q2 == 0
+    assert own["status"] == "completed" and own["deleted"] == 0
+    row, text, queries = out["expired"]
+    assert state(row) == ("completed", 0, '{"x":1}', 2.5) and text == "hello there"
+    assert queries == 2, "without an entry, ClickHouse answers (row and result)"
+    row, queries = out["mid_write"]
+    assert row["status"] == "completed" and queries == 1
+    row, queries, code = out["older_end"]
+    assert queries == 0 and code == 204, "an older version does not replace the entry"
+    row, queries = out["other_run"]
+    assert row["status"] == "completed" and queries == 1
+    gone, q, tomb, full, q2, result, q3 = out["deleted"]
+    assert gone is None and full is None and result is None and q == q2 == q3 == 0
+    assert tomb["deleted"] == 1 and tomb["metadata"] == "{}"
+    assert out["deleted_after_expiry"][:2] == [None, None]
+    assert out["deleted_after_expiry"][2]["deleted"] == 1
+    live_ttl, done_ttl = out["ttl"]
+    assert LIVE_TTL_S - 60 < live_ttl <= LIVE_TTL_S
+    assert DONE_TTL_S - 60 < done_ttl <= DONE_TTL_S
