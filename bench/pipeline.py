@@ -282,7 +282,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
     args = parser.parse_args(argv)
 
-    from tests.stack import EvalServer, Stack
+    from ops.stack import EvalServer, Stack
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
     durations = {i["path"]: i["duration"] or 0.0 for i in manifest["items"]}

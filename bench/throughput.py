@@ -153,7 +153,7 @@ def batch_sizes_from_metrics(text: str) -> str:
 
 def e2e_run(workers: int, jobs: list[dict[str, Any]], model: str, timeout_s: float,
             batch_size: int) -> None:
-    from tests.stack import EvalServer, Stack
+    from ops.stack import EvalServer, Stack
     data = Path(tempfile.mkdtemp(prefix="a5s-bench-")) / "data"
     data.mkdir(parents=True)
     stack = Stack(data, env={"A5S_MODELS__WHISPER": model, "A5S_WORKERS": str(workers),

@@ -2,7 +2,7 @@
 
 Spec 5.4: keys and account settings change only from a console, never with an
 API key. It also runs operator maintenance (``POST /console/v1/maintenance/sweep``,
-the retention sweep of ``pipeline.retention``, optionally "as of" a later ``now``).
+the retention sweep of ``stores.retention``, optionally "as of" a later ``now``).
 ``a5s admin`` is the client of this API; it authenticates with the
 console token (``A5S_CONSOLE_TOKEN``, or the 0600 file ``console.token`` in the
 data directory).
@@ -179,7 +179,7 @@ class MaintenanceSweepHandler(ConsoleHandler):
     """``POST /console/v1/maintenance/sweep``: run the retention sweep now (idempotent)."""
 
     async def post(self) -> None:
-        from pipeline.retention import sweep
+        from stores.retention import sweep
         body = self.body_as(SweepRequest) if self.request.body else SweepRequest()
         self.send(await sweep(self.ctx, body.now))
 

@@ -27,6 +27,7 @@ from schemas.records import Submitted
 from schemas.rows import UsageEventRow
 from schemas.settings import Settings
 from stores.context import Context
+from stores.retention import SWEEP_INTERVAL_S, sweep_once
 from stores.transcripts import Transcripts
 from topologies.graph import Node, worker_nodes
 from topologies.tables import ACCOUNTS
@@ -36,7 +37,6 @@ from .accounts import AccountState, Effects, apply
 from .engines import Engines
 from .faust_transport import App
 from .reconcile import RECONCILE_INTERVAL_S, Reconciler
-from .retention import SWEEP_INTERVAL_S, sweep_once
 from .stages import Ports, Publish, fail
 from .stages.decode import url_fetcher
 from .stages.ports import Fetch

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.stack import EVAL, EvalServer, Stack
+from ops.stack import EVAL, EvalServer, Stack
 
 _STARTED = time.monotonic()
 

@@ -24,7 +24,7 @@ from security.signing import sign_upload
 from schemas.api import (FIELD_MAXIMA, METADATA_MAX_BYTES, Account, DeletedTranscript,
                          FileObject, ModelList, Transcript, TranscriptList, UploadUrl, Usage)
 from schemas.errors import HTTP_ERRORS
-from tests.stack import EvalServer, Stack, free_port
+from ops.stack import EvalServer, Stack, free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 

@@ -22,7 +22,7 @@ from schemathesis import checks as st_checks
 
 from gateway.openapi import openapi_document
 
-from tests.stack import Stack
+from ops.stack import Stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

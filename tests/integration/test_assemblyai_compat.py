@@ -21,7 +21,7 @@ import pytest
 import srt
 
 from a5s.webhooks import verify
-from tests.stack import EVAL, EvalServer, Stack, free_port
+from ops.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

@@ -14,7 +14,7 @@ from a5s import (AsyncClient, AuthenticationError, BadRequestError, Client, NotF
                  RateLimitError, TranscriptFailed)
 from schemas.api import Transcript
 
-from tests.stack import EVAL, REPO, Stack, free_port
+from ops.stack import EVAL, REPO, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

@@ -23,7 +23,7 @@ import httpx
 import pytest
 import websockets
 
-from tests.stack import EVAL, EvalServer, Stack, free_port
+from ops.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

@@ -10,7 +10,7 @@ import uuid
 
 import pytest
 
-from tests.stack import EVAL, REPO, Stack
+from ops.stack import EVAL, REPO, Stack
 
 pytestmark = pytest.mark.stack
 

@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.stack import EVAL, Stack, free_port
+from ops.stack import EVAL, Stack, free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(900)]
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from schemas.api import Account, ModelList
-from tests.stack import REPO, Stack
+from ops.stack import REPO, Stack
 
 pytestmark = pytest.mark.stack
 

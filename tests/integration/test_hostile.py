@@ -39,7 +39,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.stack import Stack, free_port
+from ops.stack import Stack, free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

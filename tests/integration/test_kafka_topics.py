@@ -14,7 +14,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from ops.embedded import EmbeddedStack
 from schemas.settings import EmbeddedPorts, Settings
 from stores.kafka import changelog_names, ensure_topics, topic_configs, topic_name
-from tests.stack import free_port
+from ops.stack import free_port
 from topologies.topics import CHANGELOG_CONFIG, TOPICS
 
 pytestmark = pytest.mark.stack

@@ -22,7 +22,7 @@ import pytest
 import tornado.httpclient
 import tornado.websocket
 
-from tests.stack import EVAL, REPO, EvalServer, Stack
+from ops.stack import EVAL, REPO, EvalServer, Stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

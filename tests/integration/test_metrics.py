@@ -6,7 +6,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.stack import Stack
+from ops.stack import Stack
 
 pytestmark = pytest.mark.stack
 

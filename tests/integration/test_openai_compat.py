@@ -9,7 +9,7 @@ import openai
 import pytest
 from openai import OpenAI
 
-from tests.stack import EVAL, Stack
+from ops.stack import EVAL, Stack
 
 pytestmark = pytest.mark.stack
 

@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from tests.browser import browser, png_pixels  # noqa: F401 - the fixture, by import
-from tests.stack import EVAL, REPO, EvalServer, Stack, free_port
+from ops.stack import EVAL, REPO, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

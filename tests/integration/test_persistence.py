@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from tests.stack import EvalServer, Stack, free_port
+from ops.stack import EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

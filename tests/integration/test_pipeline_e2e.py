@@ -29,7 +29,7 @@ import jiwer
 import pytest
 
 from evaluation.text import normalized, plain_words
-from tests.stack import EVAL, EvalServer, Stack, free_port
+from ops.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

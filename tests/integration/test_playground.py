@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.browser import browser, png_pixels  # noqa: F401 - the fixture, by import
-from tests.stack import EVAL, Stack
+from ops.stack import EVAL, Stack
 
 pytestmark = pytest.mark.stack
 

@@ -19,7 +19,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.stack import EVAL, Stack
+from ops.stack import EVAL, Stack
 
 pytestmark = pytest.mark.stack
 

@@ -25,7 +25,7 @@ import jiwer
 import pytest
 import websockets
 
-from tests.stack import EVAL, Stack
+from ops.stack import EVAL, Stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

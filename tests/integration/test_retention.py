@@ -22,7 +22,7 @@ import pytest
 import redis
 
 from schemas.rows import TranscriptRow
-from tests.stack import EVAL, EvalServer, Stack, free_port
+from ops.stack import EVAL, EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

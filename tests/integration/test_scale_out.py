@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.stack import EVAL, REPO, EvalServer, Stack
+from ops.stack import EVAL, REPO, EvalServer, Stack
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(420)]
 

@@ -9,7 +9,7 @@ import pytest
 import srt
 import webvtt
 
-from tests.stack import EvalServer, Stack
+from ops.stack import EvalServer, Stack
 
 pytestmark = pytest.mark.stack
 CONVERSATION = "synthetic/conv01_support_call.wav"

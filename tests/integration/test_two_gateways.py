@@ -30,7 +30,7 @@ import pytest
 import websockets
 from websockets.exceptions import ConnectionClosed
 
-from tests.stack import EVAL, REPO, EvalServer, Stack, free_port
+from ops.stack import EVAL, REPO, EvalServer, Stack, free_port
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 

@@ -22,7 +22,7 @@ import redis
 
 from a5s.webhooks import verify
 from schemas.settings import Settings
-from tests.stack import EvalServer, Stack, free_port
+from ops.stack import EvalServer, Stack, free_port
 
 pytestmark = pytest.mark.stack
 

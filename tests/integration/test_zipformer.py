@@ -23,7 +23,7 @@ import pytest
 import websockets
 
 from schemas.api import Word
-from tests.stack import EVAL, REPO, EvalServer, Stack
+from ops.stack import EVAL, REPO, EvalServer, Stack
 
 sys.path.insert(0, str(REPO / "tests" / "unit" / "pipeline"))
 from tiny_transducer import (TOKENS, build_tiny_streaming_transducer,  # noqa: E402

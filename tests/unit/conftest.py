@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from ops.embedded import _binary, wait_port
-from tests.stack import free_port
+from ops.stack import free_port
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from schemas.settings import Settings
-from tests.stack import REPO
+from ops.stack import REPO
 
 
 def _compose() -> dict:

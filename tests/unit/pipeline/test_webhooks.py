@@ -13,7 +13,7 @@ from faust.types import TP
 
 from a5s.webhooks import WebhookVerificationError, verify
 from security import signing
-from pipeline.retention import webhook_window
+from stores.retention import webhook_window
 from pipeline.webhooks import (Delivery, WebhookScheduler, address_policy, advance, decide,
                                event_body, register)
 from schemas.records import WebhookDue

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.stack import REPO
+from ops.stack import REPO
 
 WRITE = """
 import asyncio, json, sys

@@ -13,7 +13,7 @@ import pytest
 
 from ops.embedded import wait_port
 from stores.objects import FileStore, ObjectMissing, S3Store
-from tests.stack import free_port
+from ops.stack import free_port
 
 
 @pytest.fixture

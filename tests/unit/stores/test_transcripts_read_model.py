@@ -12,7 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.stack import REPO
+from ops.stack import REPO
 
 _PRELUDE = """
 import asyncio, json, sys

@@ -31,12 +31,13 @@ from pydantic import BaseModel
 
 from schemas.rows import TranscriptRow, as_utc
 from schemas.settings import Settings
-from stores.context import Context
-from stores.objects import ObjectInfo
-from stores.transcripts import Transcripts
 from topologies.objects import (JOBS_PREFIX, UPLOADS_PREFIX, JobFiles, file_id_of,
                                  transcript_id_of, upload_key)
 from topologies.redis_keys import RETENTION_LOCK, UPLOAD, UPLOAD_CLAIM, WEBHOOK_AUTH
+
+from .context import Context
+from .objects import ObjectInfo
+from .transcripts import Transcripts
 
 __all__ = ["SweepReport", "sweep", "sweep_once", "webhook_window", "SWEEP_INTERVAL_S"]
 

@@ -1,6 +1,6 @@
-"""A real embedded stack for integration tests: ``a5s up`` on free loopback ports.
+"""A throwaway embedded stack for tests and benchmarks: ``a5s up`` on free loopback ports.
 
-Each test session starts one stack in a temporary data directory (fresh
+Each test session (or benchmark run) starts one stack in a temporary data directory (fresh
 ClickHouse database, topics, Redis and object store) and talks to it over HTTP,
 exactly as a client would. ``restart_service`` SIGKILLs the service process; the
 supervisor brings it back, as it would in production.

@@ -11,13 +11,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.stack import REPO
+from ops.stack import REPO
 
 SWEEP = """
 import asyncio, json, sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-import pipeline.retention as R
+import stores.retention as R
 from schemas.records import TranscriptResult
 from schemas.rows import TranscriptRow
 from schemas.settings import Settings
