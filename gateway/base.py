@@ -19,13 +19,25 @@ from schemas.errors import (A5sError, AccountDisabled, AccountSuspended, FileToo
 from schemas.rows import AccountRow, ApiKeyRow
 from security.tokens import bearer_token
 from stores.context import Context
+from topologies.graph import node
+from topologies.topics import TopicSpec
 
-__all__ = ["BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
+__all__ = ["publish", "BaseHandler", "Principal", "principal_for", "NotFoundHandler", "parse_body",
            "validation_param", "ErrorEnvelope", "Application", "Admission", "admission", "JSON_BODY_LIMIT", "allowed_methods",
            "WrongMethodHandler", "BodyTooLargeHandler"]
 
 log = logging.getLogger("a5s.gateway")
 M = TypeVar("M", bound=BaseModel)
+GATEWAY = node("gateway")
+
+
+async def publish(ctx: Context, spec: TopicSpec[Any], key: str, value: Any) -> int:
+    """The gateway's one way to the broker: refuses a topic ``topologies.GRAPH`` does not
+    list among the gateway's writes, so the graph stays the whole truth about who writes
+    what. Returns the record's offset."""
+    GATEWAY.check_write(spec)
+    return await ctx.producer.send(spec, key, value)
+
 
 JSON_BODY_LIMIT = 1 << 20
 """The largest body of a request that is not an upload (JSON bodies; metadata is 16 KB)."""

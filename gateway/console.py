@@ -25,7 +25,7 @@ from security.tokens import bearer_token, token_matches
 from topologies.topics import ACCOUNT_EVENTS
 
 from .account import account_resource
-from .base import BaseHandler
+from .base import BaseHandler, publish
 
 __all__ = ["console_routes", "console_token", "NewAccount", "AccountChange", "NewKey",
            "CreatedKey", "KeyInfo", "ConsoleAccount", "SweepRequest"]
@@ -118,7 +118,7 @@ class ConsoleHandler(BaseHandler):
                               webhook_secret=row.webhook_secret if secret else None)
 
     async def announce_limits(self, row: AccountRow) -> None:
-        await self.ctx.producer.send(ACCOUNT_EVENTS, row.id,
+        await publish(self.ctx, ACCOUNT_EVENTS, row.id,
                                      LimitsChanged(account_id=row.id, limits=row.limits))
 
 

@@ -29,7 +29,7 @@ from topologies.objects import JobFiles, upload_key
 from topologies.redis_keys import IDEMPOTENCY
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import Principal
+from .base import Principal, publish
 
 __all__ = ["JobService", "IDEMPOTENCY_TTL_S"]
 
@@ -138,7 +138,7 @@ class JobService:
             if body.webhook_auth_header_value is not None:
                 await ctx.redis.set_webhook_auth(tid, body.webhook_auth_header_value)
             await self.transcripts.insert(row)
-            await ctx.producer.send(ACCOUNT_EVENTS, account.id, Submitted(
+            await publish(ctx, ACCOUNT_EVENTS, account.id, Submitted(
                 account_id=account.id, transcript_id=tid, at=now, limits=account.limits))
         except A5sError:
             await self._withdraw(row)
@@ -206,7 +206,7 @@ class JobService:
         summary = row.summary()
         if row.status in ("queued", "processing"):
             await self.ctx.redis.mark_canceled(row.id)
-            await self.ctx.producer.send(ACCOUNT_EVENTS, account.id, Canceled(
+            await publish(self.ctx, ACCOUNT_EVENTS, account.id, Canceled(
                 account_id=account.id, transcript_id=row.id, at=datetime.now(UTC)))
             await self.ctx.redis.dequeue(account.id, row.id)
             summary = summary.model_copy(update={"error": JobError(

@@ -24,7 +24,7 @@ from schemas.settings import RealtimeSettings
 from stores.context import Context
 from topologies.topics import ACCOUNT_EVENTS
 
-from .base import Principal
+from .base import Principal, publish
 
 __all__ = ["Admitted", "StreamAdmission"]
 
@@ -76,7 +76,7 @@ class StreamAdmission:
     async def opened(self, principal: Principal, session_id: str) -> None:
         """The session is live on a worker."""
         account_id = principal.account.id
-        await self.ctx.producer.send(ACCOUNT_EVENTS, account_id, SessionOpened(
+        await publish(self.ctx, ACCOUNT_EVENTS, account_id, SessionOpened(
             account_id=account_id, session_id=session_id, at=datetime.now(UTC)))
 
     async def renew(self, principal: Principal, session_id: str) -> None:
@@ -103,7 +103,7 @@ class StreamAdmission:
         account, key = principal.account, principal.key
         # The agent cannot have counted this session before it is published.
         used_before = float((await self.ctx.redis.ledger(account.id))["used"])
-        await self.ctx.producer.send(ACCOUNT_EVENTS, account.id, SessionClosed(
+        await publish(self.ctx, ACCOUNT_EVENTS, account.id, SessionClosed(
             account_id=account.id, session_id=session_id, key_id=key.key_id,
             audio_ms=audio_ms, billed_ms=billed_ms, at=datetime.now(UTC)))
         return int(used_before * 1000) + billed_ms

@@ -27,6 +27,8 @@ from stores.context import Context
 from stores.kafka import map_kafka_errors, topic_name
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
 
+from .base import publish
+
 __all__ = ["RealtimeHub", "hub_for"]
 
 log = logging.getLogger("a5s.gateway.realtime")
@@ -100,7 +102,7 @@ class RealtimeHub:
         Returns:
             its offset in the partition (the session's records share one).
         """
-        return await self.ctx.producer.send(REALTIME_AUDIO, record.session_id, record)
+        return await publish(self.ctx, REALTIME_AUDIO, record.session_id, record)
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         while True:
