@@ -429,7 +429,9 @@ class Diarizer:
         seg, opts = self._seg, self._opts
         if not chunks.starts:
             return []
-        k = int(chunks.labels.max()) + 1
+        # a speaker may hold only frames of local speakers whose voice changes
+        k = max([int(chunks.labels.max())]
+                + [int(f.max()) for f in chunks.frame_labels.values()]) + 1
         if k <= 0:
             return []
         frames = chunks.activity.shape[1]
