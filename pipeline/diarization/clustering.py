@@ -29,21 +29,30 @@ def _compact(labels: np.ndarray) -> tuple[np.ndarray, int]:
     return inv.astype(np.int64), len(uniq)
 
 
+def _apart(groups: np.ndarray, tracks: np.ndarray | None) -> np.ndarray:
+    """(n, n) cannot-link: rows of one group, unless they are parts of one track."""
+    apart = groups[:, None] == groups[None, :]
+    if tracks is not None:
+        apart &= tracks[:, None] != tracks[None, :]
+    return apart
+
+
 def _agglomerate(emb: np.ndarray, opts: DiarizationOptions, groups: np.ndarray | None = None,
-                 speakers: int | None = None) -> np.ndarray:
+                 speakers: int | None = None, tracks: np.ndarray | None = None) -> np.ndarray:
     if len(emb) < 2:
         return np.zeros(len(emb), dtype=np.int64)
-    if groups is None or len(np.unique(groups)) == len(groups):
+    if groups is None or not (_apart(groups, tracks) & ~np.eye(len(groups), dtype=bool)).any():
         tree = linkage(emb.astype(np.float64), method="average", metric="cosine")
         if speakers is not None:
             return fcluster(tree, t=speakers, criterion="maxclust") - 1
         return fcluster(tree, t=1.0 - opts.merge_similarity, criterion="distance") - 1
-    return _constrained_average(emb, groups, opts.merge_similarity, speakers)
+    return _constrained_average(emb, _apart(groups, tracks), opts.merge_similarity, speakers)
 
 
-def _constrained_average(emb: np.ndarray, groups: np.ndarray, stop: float,
+def _constrained_average(emb: np.ndarray, apart: np.ndarray, stop: float,
                          clusters: int | None = None) -> np.ndarray:
-    """Average-linkage clustering on cosine similarity where rows of one group never merge.
+    """Average-linkage clustering on cosine similarity where rows marked ``apart`` never
+    merge.
 
     With ``clusters`` (a count the client gave) merging goes on to that count, whatever the
     similarity; the constraint gives way only when it alone keeps more clusters apart.
@@ -53,7 +62,7 @@ def _constrained_average(emb: np.ndarray, groups: np.ndarray, stop: float,
     n = len(emb)
     x = emb.astype(np.float64)
     sim = x @ x.T
-    apart = groups[:, None] == groups[None, :]
+    apart = apart.copy()
     size = np.ones(n)
     alive = np.ones(n, dtype=bool)
     labels = np.arange(n)
@@ -90,7 +99,8 @@ def _constrained_average(emb: np.ndarray, groups: np.ndarray, stop: float,
 
 def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOptions,
                        groups: np.ndarray | None = None,
-                       speakers: int | None = None) -> np.ndarray:
+                       speakers: int | None = None,
+                       tracks: np.ndarray | None = None) -> np.ndarray:
     """Label each window with a speaker index (0..k-1, arbitrary order).
 
     Args:
@@ -102,6 +112,8 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOp
       speakers: the number of speakers the client expects: clustering stops at that many
         (fewer only when there are fewer distinct rows) and no threshold or pruning changes
         it; None estimates the number.
+      tracks: (n,) optional local track of each row: rows of one group and one track are
+        parts of one local speaker cut where its voice changed, and may merge.
 
     Returns:
       (n,) int labels.
@@ -114,7 +126,8 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOp
     else:
         sample = np.arange(n)
     sample_labels, k = _compact(_agglomerate(
-        emb[sample], opts, None if groups is None else groups[sample], speakers))
+        emb[sample], opts, None if groups is None else groups[sample], speakers,
+        None if tracks is None else tracks[sample]))
     cents = l2_centroids(emb[sample], sample_labels, k)
     labels = np.argmax(emb @ cents.T, axis=1)
     labels, k = _compact(labels)
@@ -134,19 +147,28 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOp
         labels, k = _compact(labels)
 
     # Single-speaker guard: clusters whose centroids are close are one voice, unless the
-    # segmentation heard both in one window.
+    # segmentation heard both in one window (as different local speakers).
     while k > 1:
         cents = l2_centroids(emb, labels, k)
         sim = cents @ cents.T
         np.fill_diagonal(sim, -np.inf)
         if groups is not None:
-            by_group = np.unique(groups, return_inverse=True)[1]
-            seen = np.zeros((k, by_group.max() + 1), dtype=np.int64)
-            np.add.at(seen, (labels, by_group), 1)
-            sim[(seen > 0).astype(np.int64) @ (seen > 0).T.astype(np.int64) > 0] = -np.inf
+            shared = _shared(labels, k, groups)
+            if tracks is not None:  # parts of one track are not two voices heard at once
+                shared -= _shared(labels, k, groups * (int(tracks.max()) + 1) + tracks)
+            sim[shared > 0] = -np.inf
         i, j = np.unravel_index(np.argmax(sim), sim.shape)
         if sim[i, j] < opts.split_similarity:
             break
         labels[labels == j] = i
         labels, k = _compact(labels)
     return labels
+
+
+def _shared(labels: np.ndarray, k: int, groups: np.ndarray) -> np.ndarray:
+    """(k, k) number of groups both clusters have rows in."""
+    by_group = np.unique(groups, return_inverse=True)[1]
+    seen = np.zeros((k, by_group.max() + 1), dtype=np.int64)
+    np.add.at(seen, (labels, by_group), 1)
+    seen = (seen > 0).astype(np.int64)
+    return seen @ seen.T

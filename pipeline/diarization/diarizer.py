@@ -21,6 +21,7 @@ import ctypes
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.optimize import linear_sum_assignment
 
 from ..types import SAMPLE_RATE, Region, SpeakerTurn
@@ -35,6 +36,9 @@ _LENGTHS = (50, 100, 200, 300)
 """Embedded feature blocks are cut to one of these lengths (frames) and always embedded in
 full batches: a handful of tensor shapes keeps the native libraries' caches and the heap
 from growing with the length of the file."""
+
+_PIECES = (50, 100)
+"""Lengths (frames) a local speaker's last, shorter piece is cut to."""
 
 _TRIM_EVERY = 16
 """Model batches between two heap trims (see ``_trim_heap``)."""
@@ -65,6 +69,11 @@ class _Chunks:
     embedded: list[bool] = field(default_factory=list)
     activity: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 3), np.uint8))
     labels: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    # (window, speaker) of a local speaker whose pieces held different voices -> the
+    # (first, last) segmentation frame of each piece and the embedding row it went to
+    parts: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+    # (window, speaker) -> global speaker per frame (-1 where silent), where it changes
+    frame_labels: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
 
 
 class Diarizer:
@@ -164,13 +173,21 @@ class Diarizer:
     def _embed(self, audio, chunks: _Chunks) -> tuple[np.ndarray, list[tuple[int, int]],
                                                       np.ndarray]:
         """Embeddings of the local speakers of embedded windows, their (window, speaker), and
-        the clean seconds behind each."""
+        the clean seconds behind each.
+
+        A local speaker whose pieces (``piece`` s of clean speech each, in the part of the
+        window nearest its centre) fall into groups of different voices gives one embedding
+        per group instead, all with the same (window, speaker); ``chunks.parts`` records
+        which frames each group covers.
+        """
         opts, seg = self._opts, self._seg
         width = seg.window_samples
         most = int(round(opts.embed_max / FRAME_SHIFT))
         least = max(_LENGTHS[0], int(np.ceil(opts.embed_min / FRAME_SHIFT)))
-        owners: list[tuple[int, int]] = []
-        weights: list[float] = []
+        piece = int(round(opts.piece / FRAME_SHIFT))
+        tracks: list[tuple[int, int, int]] = []  # (window, speaker, vector id)
+        cuts: dict[tuple[int, int], list[tuple[int, int, int]]] = {}  # seg frames, vector id
+        frames_of: dict[int, int] = {}
         vectors: dict[int, np.ndarray] = {}
         buckets: dict[int, list[tuple[int, np.ndarray]]] = {}
         to_seg: np.ndarray | None = None
@@ -188,6 +205,16 @@ class Diarizer:
                 for (index, _), vector in zip(items, out):
                     vectors[index] = vector
 
+        def add(block: np.ndarray) -> int:
+            index = len(frames_of)
+            frames_of[index] = len(block)
+            bucket = buckets.setdefault(len(block), [])
+            bucket.append((index, block))
+            if len(bucket) >= opts.batch_size:
+                flush(len(block))
+            return index
+
+        spans = self._regions(chunks)
         for c, start in enumerate(chunks.starts):
             act = chunks.activity[c]
             if not chunks.embedded[c] or not act.any():
@@ -203,24 +230,81 @@ class Diarizer:
                                  act.shape[0] - 1)
             clean = act[to_seg[:len(feats)]] * (act.sum(1) == 1)[to_seg[:len(feats)], None]
             mid = len(feats) / 2
+            lo, hi = ((t - start) / FRAME_SHIFT for t in spans[c])
             for j in range(act.shape[1]):
                 frames = np.flatnonzero(clean[:, j])
                 if len(frames) < least:
                     continue
+                near = frames[(frames >= lo) & (frames < hi)]
+                parts = [near[i:i + piece] for i in range(0, len(near), piece)]
+                if parts and len(parts[-1]) < piece:
+                    rest = parts.pop()
+                    keep = max([n for n in _PIECES if n <= len(rest)], default=0)
+                    if keep:
+                        parts.append(rest[:keep])
+                if len(parts) >= 2:
+                    cuts[(c, j)] = [(int(to_seg[p[0]]), int(to_seg[p[-1]]), add(feats[p]))
+                                    for p in parts]
                 keep = max([n for n in _LENGTHS if n <= min(most, len(frames))],
                            default=_LENGTHS[0])
                 if keep < len(frames):
                     frames = np.sort(frames[np.argsort(np.abs(frames - mid), kind="stable")[:keep]])
-                index = len(owners)
-                owners.append((c, j))
-                weights.append(len(frames) * FRAME_SHIFT)
-                bucket = buckets.setdefault(len(frames), [])
-                bucket.append((index, feats[frames]))
-                if len(bucket) >= opts.batch_size:
-                    flush(len(frames))
+                tracks.append((c, j, add(feats[frames])))
         for length in list(buckets):
             flush(length)
-        emb = np.stack([vectors[i] for i in range(len(owners))]) if owners else \
+        return self._split(chunks, tracks, cuts, vectors, frames_of)
+
+    def _regions(self, chunks: _Chunks) -> list[tuple[float, float]]:
+        """The part of each embedded window nearer its centre than any other embedded
+        window's of its stretch (to the stretch's ends for the first and last): together
+        they cover every instant once."""
+        half = self._seg.window / 2
+        out = [(0.0, 0.0)] * len(chunks.starts)
+        embedded = [c for c, e in enumerate(chunks.embedded) if e]
+        for i, c in enumerate(embedded):
+            centre = chunks.starts[c] + half
+            prev = embedded[i - 1] if i and chunks.stretch[embedded[i - 1]] == chunks.stretch[c] \
+                else None
+            nxt = embedded[i + 1] if i + 1 < len(embedded) and \
+                chunks.stretch[embedded[i + 1]] == chunks.stretch[c] else None
+            lo = -np.inf if prev is None else (chunks.starts[prev] + half + centre) / 2
+            hi = np.inf if nxt is None else (chunks.starts[nxt] + half + centre) / 2
+            out[c] = (lo, hi)
+        return out
+
+    def _split(self, chunks: _Chunks, tracks: list[tuple[int, int, int]],
+               cuts: dict[tuple[int, int], list[tuple[int, int, int]]],
+               vectors: dict[int, np.ndarray], frames_of: dict[int, int]
+               ) -> tuple[np.ndarray, list[tuple[int, int]], np.ndarray]:
+        """One embedding per local speaker, or one per group of its pieces where they hold
+        different voices."""
+        opts = self._opts
+        owners: list[tuple[int, int]] = []
+        weights: list[float] = []
+        rows: list[np.ndarray] = []
+        chunks.parts = {}
+        for c, j, index in tracks:
+            found = cuts.get((c, j))
+            if found:
+                emb = np.stack([vectors[v] for _, _, v in found]).astype(np.float64)
+                tree = linkage(emb, method="average", metric="cosine")
+                group = fcluster(tree, t=1.0 - opts.change_similarity,
+                                 criterion="distance") - 1
+                if group.max() > 0:
+                    items = []
+                    for g in range(int(group.max()) + 1):
+                        mine = np.flatnonzero(group == g)
+                        items.append(len(owners))
+                        owners.append((c, j))
+                        rows.append(l2_centroids(emb[mine], np.zeros(len(mine), np.int64), 1)[0])
+                        weights.append(sum(frames_of[found[m][2]] for m in mine) * FRAME_SHIFT)
+                    edges = np.array([(a, b) for a, b, _ in found])
+                    chunks.parts[(c, j)] = (edges, np.array(items)[group])
+                    continue
+            owners.append((c, j))
+            rows.append(vectors[index])
+            weights.append(frames_of[index] * FRAME_SHIFT)
+        emb = np.stack(rows).astype(np.float32) if rows else \
             np.zeros((0, SpeakerEmbedder.dim), np.float32)
         return emb, owners, np.asarray(weights, dtype=np.float64)
 
@@ -237,27 +321,49 @@ class Diarizer:
         if len(train) < 2:
             train = np.arange(len(owners))
         groups = np.array([c for c, _ in owners])
+        tracks = np.array([j for _, j in owners])
         # Each embedding stands for its share of the file's speech (only some windows are
         # embedded, each from a capped sample), so small-cluster pruning sees seconds.
         seconds = weights * (speech / weights.sum())
-        labels = cluster_embeddings(emb[train], seconds[train], opts, groups[train], speakers)
+        labels = cluster_embeddings(emb[train], seconds[train], opts, groups[train], speakers,
+                                    tracks[train])
         cents = l2_centroids(emb[train], labels, int(labels.max()) + 1)
         sim = emb @ cents.T
         by_chunk: dict[int, list[int]] = {}
         for i, (c, _) in enumerate(owners):
             by_chunk.setdefault(c, []).append(i)
+        label = np.full(len(owners), -1, np.int64)
         for c, members in by_chunk.items():
-            rows, cols = linear_sum_assignment(-sim[members])
+            whole = [i for i in members if owners[i] not in chunks.parts]
+            rows, cols = linear_sum_assignment(-sim[whole]) if whole else ([], [])
             for r, k in zip(rows, cols):
-                chunks.labels[c, owners[members[r]][1]] = k
-            for r in set(range(len(members))) - set(rows.tolist()):
+                label[whole[r]] = k
+            for r in set(range(len(whole))) - set(np.asarray(rows).tolist()):
                 # More local speakers than global ones: the extra joins its nearest.
-                chunks.labels[c, owners[members[r]][1]] = int(np.argmax(sim[members[r]]))
+                label[whole[r]] = int(np.argmax(sim[whole[r]]))
+            for i in members:
+                if label[i] < 0:  # a group of pieces: not another local speaker's speaker
+                    other = sim[i].copy()
+                    other[[label[m] for m in whole if owners[m][1] != owners[i][1]]] = -np.inf
+                    label[i] = int(np.argmax(other if np.isfinite(other).any() else sim[i]))
+        for i, (c, j) in enumerate(owners):
+            if (c, j) not in chunks.parts:
+                chunks.labels[c, j] = label[i]
+        for (c, j), (edges, rows_) in chunks.parts.items():
+            active = np.flatnonzero(chunks.activity[c, :, j])
+            # Each active frame takes the group of the nearest piece.
+            dist = np.maximum(np.maximum(edges[None, :, 0] - active[:, None], 0),
+                              active[:, None] - edges[None, :, 1])
+            per_frame = np.full(chunks.activity.shape[1], -1, np.int64)
+            per_frame[active] = label[rows_][np.argmin(dist, axis=1)]
+            chunks.frame_labels[(c, j)] = per_frame
+            chunks.labels[c, j] = int(np.bincount(per_frame[active]).argmax())
         self._propagate(chunks, len(cents))
 
     def _propagate(self, chunks: _Chunks, k: int) -> None:
         """Local speakers without an embedding take the global speaker they coincide with
-        in the nearest embedded windows of the same stretch."""
+        in the nearest embedded windows of the same stretch; where those change speaker
+        within a local speaker, frame by frame."""
         embedded = [c for c, e in enumerate(chunks.embedded) if e]
         known = chunks.labels.copy()
         pos = 0
@@ -270,6 +376,7 @@ class Diarizer:
             if not todo:
                 continue
             votes = np.zeros((len(todo), k))
+            per_frame: np.ndarray | None = None
             near = {embedded[i] for i in (pos - 1, pos, pos + 1) if 0 <= i < len(embedded)}
             for e in near:
                 if chunks.stretch[e] != chunks.stretch[c]:
@@ -279,11 +386,21 @@ class Diarizer:
                 if hi <= lo:
                     continue
                 mine = act[lo - shift:hi - shift, todo].astype(np.float64)
-                theirs = chunks.activity[e, lo:hi].astype(np.float64)
-                co = mine.T @ theirs  # (todo, 3) frames active together
-                for j2 in range(theirs.shape[1]):
-                    if known[e, j2] >= 0:
-                        votes[:, known[e, j2]] += co[:, j2]
+                theirs = np.zeros((hi - lo, k))
+                changes = False
+                for j2 in range(act.shape[1]):
+                    on = chunks.activity[e, lo:hi, j2].astype(np.float64)
+                    if (e, j2) in chunks.frame_labels:
+                        lab = chunks.frame_labels[(e, j2)][lo:hi]
+                        theirs[np.flatnonzero(lab >= 0), lab[lab >= 0]] += on[lab >= 0]
+                        changes = True
+                    elif known[e, j2] >= 0:
+                        theirs[:, known[e, j2]] += on
+                votes += mine.T @ theirs  # (todo, k) frames active together
+                if changes:
+                    if per_frame is None:
+                        per_frame = np.zeros((len(todo), frames, k))
+                    per_frame[:, lo - shift:hi - shift] += mine.T[:, :, None] * theirs[None]
             taken = {int(known[c, j]) for j in range(act.shape[1]) if known[c, j] >= 0}
             for k2 in taken:
                 votes[:, k2] = 0  # local speakers of one window stay distinct
@@ -291,6 +408,20 @@ class Diarizer:
             for r, k2 in zip(rows, cols):
                 if votes[r, k2] > 0:
                     chunks.labels[c, todo[r]] = k2
+                    if per_frame is not None:
+                        self._follow(chunks, c, todo[r], per_frame[r], taken, k2)
+
+    @staticmethod
+    def _follow(chunks: _Chunks, c: int, j: int, votes: np.ndarray, taken: set[int],
+                fallback: int) -> None:
+        """Frame labels of local speaker ``j`` of window ``c`` from its frame votes."""
+        votes = votes.copy()
+        votes[:, sorted(taken)] = 0
+        per_frame = np.where(votes.max(1) > 0, votes.argmax(1), fallback)
+        active = chunks.activity[c, :, j] > 0
+        per_frame[~active] = -1
+        if np.any(per_frame[active] != fallback):
+            chunks.frame_labels[(c, j)] = per_frame
 
     # --- 5. turns -----------------------------------------------------------------------------
 
@@ -298,7 +429,9 @@ class Diarizer:
         seg, opts = self._seg, self._opts
         if not chunks.starts:
             return []
-        k = int(chunks.labels.max()) + 1
+        # a speaker may hold only frames of local speakers whose voice changes
+        k = max([int(chunks.labels.max())]
+                + [int(f.max()) for f in chunks.frame_labels.values()]) + 1
         if k <= 0:
             return []
         frames = chunks.activity.shape[1]
@@ -314,7 +447,11 @@ class Diarizer:
             cover[o:o + n] += 1
             mine = np.zeros((n, k), np.float32)
             for j in range(act.shape[1]):
-                if chunks.labels[c, j] >= 0:
+                if (c, j) in chunks.frame_labels:
+                    lab = chunks.frame_labels[(c, j)][:n]
+                    on = np.flatnonzero(lab >= 0)
+                    mine[on, lab[on]] = np.maximum(mine[on, lab[on]], act[on, j])
+                elif chunks.labels[c, j] >= 0:
                     mine[:, chunks.labels[c, j]] = np.maximum(mine[:, chunks.labels[c, j]],
                                                               act[:n, j])
             votes[o:o + n] += mine

@@ -35,6 +35,14 @@ class DiarizationOptions(BaseModel):
         "the window's centre, is embedded, s."))
     embed_min: float = Field(0.5, gt=0, description=(
         "A local speaker needs this much clean speech in a window to be embedded, s."))
+    piece: float = Field(1.0, gt=0, description=(
+        "A local speaker's clean speech in the part of an embedded window nearest its "
+        "centre is also embedded in pieces this long, s: the segmentation model may give "
+        "two voices that alternate without a pause one local speaker."))
+    change_similarity: float = Field(0.40, ge=-1, le=1, description=(
+        "A local speaker's pieces form groups by average-linkage clustering down to this "
+        "similarity; with more than one group, the groups are clustered as speakers of "
+        "their own and each frame takes the group of the nearest piece."))
     cluster_min: float = Field(1.0, gt=0, description=(
         "Embeddings from less clean speech than this, s, do not decide the clusters; "
         "they are only assigned to them."))
