@@ -154,7 +154,7 @@ class Transcripts:
         if status == "deleted":
             update |= _EMPTIED
         new = row.model_copy(update=update)
-        new.version = max(version_for(status, at), row.version + 1)
+        new.version = _next_version(row, status, at)
         await self._store(new)
         if status == "deleted":
             await self.purge_versions(row.account_id, row.id)
@@ -306,8 +306,13 @@ _EMPTIED = {"deleted": 1, "metadata": "{}", "audio_url": None, "webhook_url": No
 
 def _tombstone(row: TranscriptRow, at: datetime) -> TranscriptRow:
     new = row.model_copy(update=_EMPTIED | {"status": "deleted"})
-    new.version = max(version_for("deleted", at), row.version + 1)
+    new.version = _next_version(row, "deleted", at)
     return new
+
+
+def _next_version(row: TranscriptRow, status: str, at: datetime) -> int:
+    """Later than the row's own version, and ranked by state (a replay never undoes)."""
+    return max(version_for(status, at), row.version + 1)
 
 
 def _result_tombstone(row: TranscriptRow) -> dict[str, Any]:

@@ -70,12 +70,21 @@ class Node:
     """Clean-up: what the node removes once a job no longer needs it."""
     redis_read: tuple[RedisKey, ...] = ()
     redis_written: tuple[RedisKey, ...] = ()
-    stores: tuple[str, ...] = ()
+    clickhouse: bool = False
+    """Reads or writes ClickHouse's tables (transcripts, results, usage, accounts)."""
     retry_forever: bool = False
     """A stage that must not end a job itself (it counts or announces it): retried until it
     succeeds. Other stages end the job with ``internal_error`` once retries run out."""
     batched: bool = False
     """Several records in flight at once (``models.transcribe_concurrency`` actors)."""
+
+    @property
+    def stores(self) -> tuple[str, ...]:
+        """The stores the node touches, derived from what it declares."""
+        redis = self.redis_read or self.redis_written
+        objects = self.objects_read or self.objects_written or self.objects_deleted
+        return tuple(name for name, used in (("clickhouse", self.clickhouse), ("redis", redis),
+                                             ("objects", objects)) if used)
 
     def check_write(self, spec: TopicSpec[Any]) -> None:
         """Raises ``UndeclaredWrite`` unless this node declares ``spec`` in ``writes``."""
@@ -95,56 +104,56 @@ GRAPH: tuple[Node, ...] = (
                      R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.TRANSCRIPT),
          redis_written=(R.CANCELED, R.WEBHOOK_AUTH, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE,
                         R.IDEMPOTENCY, R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.TRANSCRIPT),
-         stores=("clickhouse", "redis", "objects")),
+         clickhouse=True),
     Node("accounts", "service",
          "single writer of per-account state: FIFO queue, processing slots, usage ledger",
          handler="pipeline.app:Pipeline.install_accounts",
          reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS, SETTLED), tables=(ACCOUNTS,),
          redis_read=(R.TRANSCRIPT,), redis_written=(R.LEDGER, R.QUEUED, R.TRANSCRIPT),
-         stores=("clickhouse", "redis")),
+         clickhouse=True),
     Node("reconcile", "service",
          "timer: submits again accepted jobs the accounts agent never saw, and re-dispatches "
          "the jobs its recovered ledger holds as processing",
          handler="pipeline.app:Pipeline.install_reconcile",
          writes=(ACCOUNT_EVENTS, DISPATCH), tables_read=(ACCOUNTS,),
          redis_read=(R.CANCELED, R.ACCOUNT_CACHE),
-         stores=("clickhouse",)),
+         clickhouse=True),
     Node("decode", "stage",
          "fetch audio_url or the upload, decode to 16 kHz mono PCM, report duration",
          handler="pipeline.stages.decode:run",
          reads=(DISPATCH,), writes=(ACCOUNT_EVENTS, OUTCOMES),
          objects_read=(O.SPEC, O.UPLOAD, O.DURATION), objects_written=(O.AUDIO, O.DURATION),
-         redis_read=(R.CANCELED,), stores=("objects",)),
+         redis_read=(R.CANCELED,)),
     Node("chunk", "stage", "Silero VAD speech regions, merged into chunks",
          handler="pipeline.stages.chunk:run",
          reads=(ADMISSIONS,), writes=(CHUNKS, OUTCOMES),
          objects_read=(O.AUDIO, O.CHUNKS), objects_written=(O.SPEECH, O.CHUNKS),
-         redis_read=(R.CANCELED,), stores=("objects",)),
+         redis_read=(R.CANCELED,)),
     Node("transcribe", "stage", "Whisper (CTranslate2) word-timed recognition of each chunk",
          handler="pipeline.stages.transcribe:run", batched=True,
          reads=(CHUNKS,), writes=(TRANSCRIBED, OUTCOMES),
          objects_read=(O.AUDIO, O.WORDS), objects_written=(O.WORDS,),
-         redis_read=(R.CANCELED,), stores=("objects",)),
+         redis_read=(R.CANCELED,)),
     Node("diarize", "stage",
          "speaker embeddings and clustering; words, utterances and speakers assembled",
          handler="pipeline.stages.diarize:run",
          reads=(TRANSCRIBED,), writes=(OUTCOMES,),
          objects_read=(O.AUDIO, O.SPEECH, O.WORDS, O.SPEC, O.RESULT),
-         objects_written=(O.RESULT,), redis_read=(R.CANCELED,), stores=("objects",)),
+         objects_written=(O.RESULT,), redis_read=(R.CANCELED,)),
     Node("finalize", "stage",
          "one write of the result and the usage event; asks the ledger to count it",
          handler="pipeline.stages.finalize:run", retry_forever=True,
          reads=(OUTCOMES,), writes=(ACCOUNT_EVENTS,),
          objects_read=(O.RESULT,), objects_deleted=O.OBJECT_KEYS,
          redis_read=(R.TRANSCRIPT,), redis_written=(R.TRANSCRIPT,),
-         stores=("clickhouse", "redis", "objects")),
+         clickhouse=True),
     Node("publish", "stage",
          "makes the outcome visible, publishes it, schedules the webhook, cleans up",
          handler="pipeline.stages.publish:run", retry_forever=True,
          reads=(SETTLED,), writes=(WEBHOOKS, COMPLETED),
          objects_read=(O.RESULT, O.SPEC), objects_deleted=O.OBJECT_KEYS,
          redis_read=(R.TRANSCRIPT,), redis_written=(R.TRANSCRIPT,),
-         stores=("clickhouse", "redis", "objects")),
+         clickhouse=True),
     Node("webhooks", "service",
          "signed webhook deliveries; a timer retries on the spec's schedule",
          handler="pipeline.app:Pipeline.install_webhooks",
@@ -152,7 +161,7 @@ GRAPH: tuple[Node, ...] = (
          objects_read=(O.SPEC,), objects_deleted=(O.SPEC,),
          redis_read=(R.WEBHOOK_AUTH, R.ACCOUNT_CACHE, R.TRANSCRIPT),
          redis_written=(R.WEBHOOK_AUTH, R.TRANSCRIPT),
-         stores=("clickhouse", "redis", "objects")),
+         clickhouse=True),
     Node("retention", "service",
          "timer: expires transcripts, unused uploads and orphaned processing copies",
          handler="pipeline.app:Pipeline.install_retention",
@@ -160,7 +169,7 @@ GRAPH: tuple[Node, ...] = (
          redis_read=(R.UPLOAD, R.UPLOAD_CLAIM, R.RETENTION_LOCK, R.TRANSCRIPT),
          redis_written=(R.WEBHOOK_AUTH, R.UPLOAD, R.UPLOAD_CLAIM, R.RETENTION_LOCK,
                         R.TRANSCRIPT),
-         stores=("clickhouse", "redis", "objects")),
+         clickhouse=True),
     Node("realtime", "service",
          "per-session streaming decoder state; transcript messages back to the gateway",
          handler="pipeline.app:Pipeline.install_realtime",
