@@ -10,11 +10,21 @@ overlapping, or one answering at once) it often writes the first phrase and then
 end-of-text token, and the rest of a 10 s segment is silently lost. Decodes therefore run
 with timestamp tokens; the last one says how far the text reaches, and audio left after it
 is decoded again on its own (``continue_after_s``), as Whisper's own long-form loop does.
+
+A decode may also stop without a closing timestamp (base writes "Men" for the 2 s "Mend the
+coat before you go out" and then end-of-text): the text then ended somewhere the tokens do
+not say. Only for such a decode, the text is aligned to the audio (CTranslate2's
+cross-attention alignment on the encoder output already computed, ~0.03 s) and the end of
+its last word stands for the missing timestamp, so the rest is decoded again as above. A
+decode cut by the token budget (a loop) is not continued, and an unclosed last sentence that
+restates the start of an earlier one is a loop's beginning and is dropped (base with beam 5:
+"and the coat before you go out. and the coat before").
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +36,7 @@ from faster_whisper.tokenizer import Tokenizer
 
 from .options import DecodeOptions
 
-__all__ = ["WhisperDecoder", "DecodeInput", "Decoded"]
+__all__ = ["WhisperDecoder", "DecodeInput", "Decoded", "drop_restated_tail"]
 
 _FULL_WINDOW = 3000
 
@@ -54,6 +64,22 @@ class Decoded:
     avg_logprob: float
     continued: int = 0
     """How many times the rest of the audio was decoded again after an early stop."""
+
+
+def drop_restated_tail(text: str) -> str:
+    """``text`` without an unfinished last sentence that repeats the start of an earlier one.
+
+    "and the coat before you go out. and the coat before" -> "and the coat before you go
+    out."; two words at least, so that a real repeated word stays.
+    """
+    parts = [p for p in re.split(r"(?<=[.?!])\s+", text.strip()) if p]
+    if len(parts) < 2 or parts[-1][-1] in ".?!":
+        return text
+    words = lambda s: re.sub(r"[^\w\s']", " ", s.lower()).split()  # noqa: E731
+    tail = words(parts[-1])
+    if len(tail) >= 2 and any(words(p)[:len(tail)] == tail for p in parts[:-1]):
+        return " ".join(parts[:-1])
+    return text
 
 
 class WhisperDecoder:
@@ -154,7 +180,8 @@ class WhisperDecoder:
             max_length=max_length, return_scores=True, return_no_speech_prob=True,
             suppress_blank=True, suppress_tokens=[-1])
         out = []
-        for r in results:
+        unclosed: list[int] = []
+        for k, r in enumerate(results):
             tokens = r.sequences_ids[0]
             # CTranslate2 returns the length-normalised score; undo to faster-whisper's average.
             avg = r.scores[0] * len(tokens) / (len(tokens) + 1) if r.scores else 0.0
@@ -163,6 +190,35 @@ class WhisperDecoder:
             text = "" if silent else self._tokenizer.decode(tokens).strip()
             stamps = [t for t in tokens if t >= self._timestamp_begin]
             reached = (stamps[-1] - self._timestamp_begin) * 0.02 if stamps and text else 0.0
+            cut = len(inputs[k].prompt) + len(tokens) >= max_length
+            if text and tokens[-1] < self._timestamp_begin and not cut:
+                unclosed.append(k)
+                text = drop_restated_tail(text)
             out.append((Decoded(text, r.no_speech_prob, avg), reached))
+        for k, end in zip(unclosed, self._text_ends(encoded, unclosed, results, feats)):
+            out[k] = (out[k][0], max(out[k][1], end))
         return out
+
+    def _text_ends(self, encoded: ctranslate2.StorageView, rows: list[int],
+                   results: Sequence[ctranslate2.models.WhisperGenerationResult],
+                   feats: Sequence[np.ndarray]) -> list[float]:
+        """Where the text of each of ``rows`` ends in its audio, s, by aligning its tokens
+        to the encoder output (Whisper's word-timestamp method): the start of the
+        end-of-text token on the alignment path."""
+        if not rows:
+            return []
+        enc = np.asarray(encoded)
+        if len(rows) < enc.shape[0]:
+            encoded = ctranslate2.StorageView.from_array(np.ascontiguousarray(enc[rows]))
+        texts = [[t for t in results[k].sequences_ids[0] if t < self._tokenizer.eot]
+                 for k in rows]
+        aligned = self._model.align(encoded, list(self._tokenizer.sot_sequence), texts,
+                                    [min(feats[k].shape[-1], 2 * enc.shape[1]) for k in rows])
+        ends = []
+        for text, a in zip(texts, aligned):
+            # The path is (token index, encoder frame) pairs, 20 ms frames; the index of
+            # end-of-text is len(text).
+            ends.append(min((f for i, f in a.alignments if i >= len(text)),
+                            default=0) * 0.02)
+        return ends
 

@@ -21,6 +21,7 @@ from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOption
                                StreamingModels, Update, VadOptions, Vocabulary, VocabularyTerm)
 from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
+from pipeline.realtime.decoder import drop_restated_tail
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.settings import Settings
@@ -209,6 +210,42 @@ def test_a_decode_that_stops_early_goes_on(models: StreamingModels) -> None:
     assert len(words_of(whole.text).split()) > len(words_of(once.text).split())
     assert words_of(whole.text).startswith(words_of(once.text))
     assert "half" in words_of(whole.text)
+
+
+MEND = EVAL / "real" / "speechbrain" / "spk2_snt4.wav"
+""""Mend the coat before you go out": base writes "Men" and end-of-text, with no timestamp
+after it."""
+
+
+@pytest.fixture(scope="module")
+def base_models(model_cache: Path) -> StreamingModels:
+    return StreamingModels.from_specs(model_cache, "tiny.en", "base")
+
+
+@pytest.mark.parametrize("beam", [1, 5])
+def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels,
+                                                   beam: int) -> None:
+    out = io.BytesIO()
+    decode_to_pcm(MEND, out)
+    audio = np.frombuffer(out.getvalue(), "<i2").astype(np.float32) / 32768
+    for decoder in (base_models.final, base_models.partial):
+        prompt = decoder.prompt()
+        once, = decoder.decode([DecodeInput(audio, prompt)],
+                               DecodeOptions(beam_size=beam, max_continuations=0))
+        whole, = decoder.decode([DecodeInput(audio, prompt)], DecodeOptions(beam_size=beam))
+        assert "coat before you go out" in words_of(whole.text), (decoder.model_dir, whole)
+        assert words_of(whole.text).count("coat") == 1, whole     # no loop appended
+        if decoder is base_models.final:
+            assert words_of(once.text) == "men" and whole.continued == 1
+        else:                                   # tiny.en gets it in one decode, as before
+            assert once.text == whole.text and whole.continued == 0
+
+
+def test_a_restated_unfinished_tail_is_a_loop() -> None:
+    assert drop_restated_tail("and the coat before you go out. and the coat before") == \
+        "and the coat before you go out."
+    for kept in ("I went home. I came back", "Yes. Yes yes", "one sentence", "Go. Go."):
+        assert drop_restated_tail(kept) == kept
 
 
 def test_invented_text_is_dropped_but_heard_text_kept() -> None:
