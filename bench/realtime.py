@@ -67,7 +67,7 @@ import numpy as np
 
 from bench.streaming import CLIPS, build_stream, load_pcm, normalize, phrase_marks
 from evaluation.coverage import dev_items, invented_tail, score_utterances
-from evaluation.text import normalized
+from evaluation.text import numbers_joined
 from ops.procstat import stack_cpu
 from pipeline.realtime import StreamingVad, default_vad_path
 
@@ -361,8 +361,8 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
         n_never = sum(s.never_shown for s in scores)
         n_most = sum(s.mostly_lost for s in scores)
         tail = invented_tail(item.reference, r.text) if not r.error else ""
-        ref = normalized(item.reference)
-        hyp, bhyp = normalized(r.text), normalized(batch.get(item.path, ""))
+        ref = numbers_joined(item.reference)
+        hyp, bhyp = numbers_joined(r.text), numbers_joined(batch.get(item.path, ""))
         refs.append(ref)
         hyps.append(hyp)
         batch_hyps.append(bhyp)

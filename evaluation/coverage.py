@@ -12,7 +12,10 @@ a single recording) and every utterance is checked against the closing transcrip
   (Whisper's "Thank you." at the end of a stream).
 
 Text is compared after Whisper's English normaliser on both sides (numbers as digits,
-contractions spelled out), the convention of the batch benchmarks.
+contractions spelled out), the convention of the batch benchmarks, with one addition applied
+to both sides: numbers written apart are joined (:func:`~evaluation.text.numbers_joined`;
+the normaliser made "five five" "55" but "5, 5" "5 5", so a correct transcript never showed
+the prompt).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from typing import Any
 import jiwer
 
 from .items import choose_items
-from .text import normalized
+from .text import numbers_joined
 
 __all__ = ["CoverageItem", "UtteranceScore", "dev_items", "score_utterances", "invented_tail"]
 
@@ -80,11 +83,11 @@ def dev_items(eval_dir: Path, prompts: int = 20) -> list[CoverageItem]:
 def score_utterances(utterances: list[str] | tuple[str, ...], hypothesis: str
                      ) -> list[UtteranceScore]:
     """How many words of each utterance the transcript matches (one alignment for all)."""
-    words = [normalized(u).split() for u in utterances]
+    words = [numbers_joined(u).split() for u in utterances]
     owner = [k for k, w in enumerate(words) for _ in w]
     matched = [0] * len(words)
     reference = " ".join(" ".join(w) for w in words)
-    hyp = normalized(hypothesis)
+    hyp = numbers_joined(hypothesis)
     if reference and hyp:
         out = jiwer.process_words(reference, hyp)
         for chunk in out.alignments[0]:
@@ -96,7 +99,7 @@ def score_utterances(utterances: list[str] | tuple[str, ...], hypothesis: str
 
 def invented_tail(reference: str, hypothesis: str) -> str:
     """Words of ``hypothesis`` after the last one that matches ``reference`` ('' if none)."""
-    ref, hyp = normalized(reference), normalized(hypothesis)
+    ref, hyp = numbers_joined(reference), numbers_joined(hypothesis)
     if not hyp:
         return ""
     if not ref:

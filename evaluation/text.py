@@ -1,10 +1,11 @@
-"""The two WER text conventions: plain words, and Whisper's English normaliser."""
+"""The WER text conventions: plain words, Whisper's English normaliser, and that normaliser
+with numbers written apart joined (the coverage benchmark's)."""
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["plain_words", "normalized"]
+__all__ = ["plain_words", "normalized", "numbers_joined"]
 
 _PUNCT = re.compile(r"[^a-z0-9' ]+")
 _NORMALIZER = None
@@ -27,3 +28,18 @@ def normalized(text: str) -> str:
         from whisper_normalizer.english import EnglishTextNormalizer
         _NORMALIZER = EnglishTextNormalizer()
     return " ".join(_NORMALIZER(text).split())
+
+
+_APART = re.compile(r"\b\d+(?: \d+)+\b")
+
+
+def numbers_joined(text: str) -> str:
+    """:func:`normalized`, then a run of numbers written apart joined into one.
+
+    Whisper's normaliser joins spoken digits ("five five" -> "55", "four five seven" ->
+    "457") but keeps digits that are written apart apart ("5, 5" and "5 5" -> "5 5"), so a
+    transcript that writes a spoken digit string as separate digits lost every word of it.
+    Applied to reference and transcript alike, this makes the two forms one word; the
+    number of digits still has to match.
+    """
+    return _APART.sub(lambda m: m.group(0).replace(" ", ""), normalized(text))

@@ -16,6 +16,16 @@ def test_an_utterance_left_out_is_never_shown() -> None:
     assert [s.matched for s in scores] == [7, 0, 4]          # numbers compared as digits
 
 
+def test_digits_written_apart_are_one_number_on_both_sides() -> None:
+    # Whisper's normaliser makes "five five" "55" but "5, 5" "5 5": scored apart, the
+    # prompt was never shown although every digit was right.
+    for said in ("5, 5", "5 5.", "Five, five."):
+        assert not score_utterances(["five five"], said)[0].never_shown, said
+    assert score_utterances(["five five"], "5 5 5 5 5")[0].never_shown   # a loop is still wrong
+    assert score_utterances(["it is four five seven"], "It is 4 5 7.")[0].matched == 3
+    assert score_utterances(["eighth"], "8.")[0].never_shown             # eight is not eighth
+
+
 def test_mostly_lost_counts_half_the_words() -> None:
     scores = score_utterances(["apples pears plums figs"], "apples")
     assert scores[0].mostly_lost and not scores[0].never_shown
