@@ -332,13 +332,14 @@ def offline_coverage(models: StreamingModels, options: EngineOptions, eval_dir: 
     inline (finals only, no pace): the streaming transcript's WER and lost utterances without
     a service, in a fraction of real time. The batch WER of the same files is the service
     benchmark's (``python -m bench.realtime --coverage``)."""
-    from evaluation.text import normalized
+    from evaluation.text import numbers_joined
     from evaluation.coverage import dev_items, score_utterances
 
     load0 = os.getloadavg()
     t, cpu0 = time.perf_counter(), time.process_time()
     refs, hyps, groups = [], [], []
     never = utterances = 0
+    lost: list[str] = []
     audio_s = 0.0
     for item in dev_items(eval_dir, prompts):
         pcm = np.clip(load_pcm(eval_dir / item.path) * 32768, -32768, 32767).astype("<i2").tobytes()
@@ -351,9 +352,11 @@ def offline_coverage(models: StreamingModels, options: EngineOptions, eval_dir: 
         text = rec.finish()[-1].text
         scores = score_utterances(item.utterances, text)
         never += sum(s.never_shown for s in scores)
+        lost += [f"{item.path}: {u!r} -> {text!r}" if len(item.utterances) == 1 else
+                 f"{item.path}: {u!r}" for u, s in zip(item.utterances, scores) if s.never_shown]
         utterances += len(scores)
-        refs.append(normalized(item.reference))
-        hyps.append(normalized(text) or "<empty>")
+        refs.append(numbers_joined(item.reference))
+        hyps.append(numbers_joined(text) or "<empty>")
         groups.append(item.group)
         if show:
             print(f"{item.path}: {jiwer.wer(refs[-1], hyps[-1]) * 100:.1f}%\n  REF: {refs[-1]}\n"
@@ -367,6 +370,8 @@ def offline_coverage(models: StreamingModels, options: EngineOptions, eval_dir: 
     print(f"WER pooled {jiwer.wer(refs, hyps) * 100:.2f}%, conversations "
           f"{jiwer.wer([refs[k] for k in conv], [hyps[k] for k in conv]) * 100:.2f}%; "
           f"utterances never shown {never} of {utterances}")
+    for line in lost:
+        print(f"  never shown: {line}")
 
 
 def _finals_inline(rec: SessionRecognizer) -> None:

@@ -15,7 +15,9 @@ A decode may also stop without a closing timestamp (base writes "Men" for the 2 
 coat before you go out" and then end-of-text): the text then ended somewhere the tokens do
 not say. Only for such a decode, the text is aligned to the audio (CTranslate2's
 cross-attention alignment on the encoder output already computed, ~0.03 s) and the end of
-its last word stands for the missing timestamp, so the rest is decoded again as above. A
+its last word stands for the missing timestamp, so the rest is decoded again as above (from
+``continue_unclosed_after_s``: the stop is certain, and a rest of 0.56 s held "worth it" in
+conv03_overlap). A
 decode cut by the token budget (a loop) is not continued, and an unclosed last sentence that
 restates the start of an earlier one is a loop's beginning and is dropped (base with beam 5:
 "and the coat before you go out. and the coat before").
@@ -36,7 +38,7 @@ from faster_whisper.tokenizer import Tokenizer
 
 from .options import DecodeOptions
 
-__all__ = ["WhisperDecoder", "DecodeInput", "Decoded", "drop_restated_tail"]
+__all__ = ["WhisperDecoder", "DecodeInput", "Decoded", "drop_restated_tail", "merge_overlap"]
 
 _FULL_WINDOW = 3000
 
@@ -64,6 +66,10 @@ class Decoded:
     avg_logprob: float
     continued: int = 0
     """How many times the rest of the audio was decoded again after an early stop."""
+    silent: bool = False
+    """Whisper's own no-speech rule (``DecodeOptions.no_speech_threshold``) judged it
+    non-speech. The text is kept: the caller weighs it against what the VAD heard (tiny.en
+    judged a clearly spoken, 0.4 s "Added." at the very end of a stream non-speech)."""
 
 
 def drop_restated_tail(text: str) -> str:
@@ -80,6 +86,18 @@ def drop_restated_tail(text: str) -> str:
     if len(tail) >= 2 and any(words(p)[:len(tail)] == tail for p in parts[:-1]):
         return " ".join(parts[:-1])
     return text
+
+
+def merge_overlap(text: str, more: str) -> str:
+    """``text`` and ``more`` joined, without the words ``more`` starts with that ``text``
+    ends with (a continuation may decode again the last word or two it was given)."""
+    key = lambda w: re.sub(r"[^\w']", "", w.lower())  # noqa: E731
+    have, new = text.split(), more.split()
+    for n in range(min(3, len(have), len(new)), 0, -1):
+        if [key(w) for w in have[-n:]] == [key(w) for w in new[:n]]:
+            new = new[n:]
+            break
+    return " ".join(have + new)
 
 
 class WhisperDecoder:
@@ -135,16 +153,17 @@ class WhisperDecoder:
         if not options.timestamps:
             inputs = [DecodeInput(i.audio, (*i.prompt, self._tokenizer.no_timestamps))
                       for i in inputs]
-            return [d for d, _ in self._decode_once(inputs, options)]
+            return [d for d, _, _ in self._decode_once(inputs, options)]
         out = self._decode_once(inputs, options)
-        results = [d for d, _ in out]
-        todo = [(k, reached) for k, (_, reached) in enumerate(out)]
+        results = [d for d, _, _ in out]
+        todo = [(k, reached, unclosed) for k, (_, reached, unclosed) in enumerate(out)]
         offsets = [0] * len(inputs)
         for round_ in range(options.max_continuations):
             rest = []
-            for k, reached in todo:
+            for k, reached, unclosed in todo:
                 start = offsets[k] + int(reached * 16000)
-                if reached > 0 and (len(inputs[k].audio) - start) / 16000 > options.continue_after_s:
+                least = options.continue_unclosed_after_s if unclosed else options.continue_after_s
+                if reached > 0 and (len(inputs[k].audio) - start) / 16000 > least:
                     offsets[k] = start
                     rest.append(k)
             if not rest:
@@ -152,18 +171,18 @@ class WhisperDecoder:
             more = self._decode_once([DecodeInput(inputs[k].audio[offsets[k]:], inputs[k].prompt)
                                       for k in rest], options)
             todo = []
-            for k, (extra, reached) in zip(rest, more):
-                if extra.text:  # inside a VAD segment: judged by the no-speech rule only
+            for k, (extra, reached, unclosed) in zip(rest, more):
+                if extra.text and not extra.silent:  # inside a VAD segment: the no-speech rule only
                     prev = results[k]
-                    results[k] = Decoded(f"{prev.text} {extra.text}".strip(), prev.no_speech_prob,
-                                         prev.avg_logprob, round_ + 1)
-                    todo.append((k, reached))
+                    results[k] = Decoded(merge_overlap(prev.text, extra.text), prev.no_speech_prob,
+                                         prev.avg_logprob, round_ + 1, prev.silent)
+                    todo.append((k, reached, unclosed))
         return results
 
     def _decode_once(self, inputs: Sequence[DecodeInput],
-                     options: DecodeOptions) -> list[tuple[Decoded, float]]:
-        """One batched pass: each input's result and how far its timestamps reach, s
-        (0 when the output has none)."""
+                     options: DecodeOptions) -> list[tuple[Decoded, float, bool]]:
+        """One batched pass: each input's result, how far its text reaches, s (0 when the
+        output has no timestamp), and whether it stopped without a closing timestamp."""
         feats = [self._features(i.audio) for i in inputs]
         longest = max(f.shape[-1] for f in feats)
         window = min(_FULL_WINDOW, max(options.min_frames, longest + options.trailing_pad_frames))
@@ -187,24 +206,26 @@ class WhisperDecoder:
             avg = r.scores[0] * len(tokens) / (len(tokens) + 1) if r.scores else 0.0
             silent = (r.no_speech_prob > options.no_speech_threshold
                       and avg < options.log_prob_threshold)
-            text = "" if silent else self._tokenizer.decode(tokens).strip()
+            text = self._tokenizer.decode(tokens).strip()
             stamps = [t for t in tokens if t >= self._timestamp_begin]
-            reached = (stamps[-1] - self._timestamp_begin) * 0.02 if stamps and text else 0.0
+            heard = text and not silent
+            reached = (stamps[-1] - self._timestamp_begin) * 0.02 if stamps and heard else 0.0
             cut = len(inputs[k].prompt) + len(tokens) >= max_length
-            if text and tokens[-1] < self._timestamp_begin and not cut:
+            if heard and tokens[-1] < self._timestamp_begin and not cut:
                 unclosed.append(k)
                 text = drop_restated_tail(text)
-            out.append((Decoded(text, r.no_speech_prob, avg), reached))
-        for k, end in zip(unclosed, self._text_ends(encoded, unclosed, results, feats)):
-            out[k] = (out[k][0], max(out[k][1], end))
+            out.append((Decoded(text, r.no_speech_prob, avg, silent=silent), reached, False))
+        for k, at in zip(unclosed, self._resume_points(encoded, unclosed, results, feats)):
+            out[k] = (out[k][0], max(out[k][1], at), True)
         return out
 
-    def _text_ends(self, encoded: ctranslate2.StorageView, rows: list[int],
-                   results: Sequence[ctranslate2.models.WhisperGenerationResult],
-                   feats: Sequence[np.ndarray]) -> list[float]:
-        """Where the text of each of ``rows`` ends in its audio, s, by aligning its tokens
-        to the encoder output (Whisper's word-timestamp method): the start of the
-        end-of-text token on the alignment path."""
+    def _resume_points(self, encoded: ctranslate2.StorageView, rows: list[int],
+                       results: Sequence[ctranslate2.models.WhisperGenerationResult],
+                       feats: Sequence[np.ndarray]) -> list[float]:
+        """Where decoding of each of ``rows`` goes on, s, by aligning its text tokens to the
+        encoder output (Whisper's word-timestamp method): the start of its last word, whose
+        aligned end is the least sure (in conv03_overlap it ran 0.3 s into "worth it"), or
+        the end of the text when it is one word. The repeated word is merged away."""
         if not rows:
             return []
         enc = np.asarray(encoded)
@@ -214,11 +235,12 @@ class WhisperDecoder:
                  for k in rows]
         aligned = self._model.align(encoded, list(self._tokenizer.sot_sequence), texts,
                                     [min(feats[k].shape[-1], 2 * enc.shape[1]) for k in rows])
-        ends = []
+        points = []
         for text, a in zip(texts, aligned):
             # The path is (token index, encoder frame) pairs, 20 ms frames; the index of
             # end-of-text is len(text).
-            ends.append(min((f for i, f in a.alignments if i >= len(text)),
-                            default=0) * 0.02)
-        return ends
+            _, words = self._tokenizer.split_to_word_tokens(text + [self._tokenizer.eot])
+            first = len(text) - len(words[-2]) if len(words) > 2 else len(text)
+            points.append(min((f for i, f in a.alignments if i >= first), default=0) * 0.02)
+        return points
 

@@ -67,6 +67,10 @@ class DecodeOptions(BaseModel):
     continue_after_s: float = Field(1.0, gt=0, description=(
         "Audio left after the last timestamp beyond this, s, is decoded again: Whisper "
         "often stops at a change of speaker and would drop the rest of the segment."))
+    continue_unclosed_after_s: float = Field(0.3, gt=0, description=(
+        "The same, s, for a decode that stopped without a closing timestamp, measured from "
+        "the aligned end of its text: such a stop is certain (1 s lost \"worth it\" in "
+        "conv03_overlap)."))
     max_continuations: int = Field(3, ge=0, le=10, description=(
         "Most re-decodes of one input's remaining audio (0: none)."))
     doubtful_no_speech: float = Field(0.5, ge=0, le=1, description=(

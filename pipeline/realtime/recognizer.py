@@ -131,14 +131,17 @@ class _Segment:
 def invented(text: str, decoded: Decoded, speech_s: float, options: DecodeOptions) -> bool:
     """Whether a segment's decode is text Whisper made up rather than heard.
 
+    A decode Whisper's no-speech rule calls silent (``Decoded.silent``) counts as doubtful:
+    it is dropped over a click or a breath, kept over a word the VAD clearly heard.
+
     Args:
         text: the decoded text.
         decoded: the decode's scores.
         speech_s: seconds of the segment the VAD judged speech.
         options: the doubtful thresholds.
     """
-    doubtful = (decoded.no_speech_prob >= options.doubtful_no_speech
-                and decoded.avg_logprob < options.doubtful_log_prob)
+    doubtful = decoded.silent or (decoded.no_speech_prob >= options.doubtful_no_speech
+                                  and decoded.avg_logprob < options.doubtful_log_prob)
     if doubtful and speech_s < 0.3:     # a click or a breath; one short word is ~0.4 s
         return True
     words = "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()

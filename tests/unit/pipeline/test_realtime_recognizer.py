@@ -21,7 +21,7 @@ from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOption
                                StreamingModels, Update, VadOptions, Vocabulary, VocabularyTerm)
 from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
-from pipeline.realtime.decoder import drop_restated_tail
+from pipeline.realtime.decoder import drop_restated_tail, merge_overlap
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.settings import Settings
@@ -246,6 +246,12 @@ def test_a_restated_unfinished_tail_is_a_loop() -> None:
         "and the coat before you go out."
     for kept in ("I went home. I came back", "Yes. Yes yes", "one sentence", "Go. Go."):
         assert drop_restated_tail(kept) == kept
+
+
+def test_a_continuation_does_not_repeat_the_word_it_starts_on() -> None:
+    assert merge_overlap("Come on, it will be", "be worth it.") == "Come on, it will be worth it."
+    assert merge_overlap("it will be", "will be worth it") == "it will be worth it"
+    assert merge_overlap("men", "and the coat") == "men and the coat"
 
 
 def test_invented_text_is_dropped_but_heard_text_kept() -> None:
