@@ -30,7 +30,8 @@ import jiwer
 from .items import choose_items
 from .text import numbers_joined
 
-__all__ = ["CoverageItem", "UtteranceScore", "dev_items", "score_utterances", "invented_tail"]
+__all__ = ["CoverageItem", "UtteranceScore", "dev_items", "score_utterances", "invented_tail",
+           "matched_words"]
 
 
 @dataclass(frozen=True)
@@ -86,15 +87,42 @@ def score_utterances(utterances: list[str] | tuple[str, ...], hypothesis: str
     words = [numbers_joined(u).split() for u in utterances]
     owner = [k for k, w in enumerate(words) for _ in w]
     matched = [0] * len(words)
-    reference = " ".join(" ".join(w) for w in words)
-    hyp = numbers_joined(hypothesis)
-    if reference and hyp:
-        out = jiwer.process_words(reference, hyp)
-        for chunk in out.alignments[0]:
-            if chunk.type == "equal":
-                for i in range(chunk.ref_start_idx, chunk.ref_end_idx):
-                    matched[owner[i]] += 1
+    for i in matched_words([x for w in words for x in w], numbers_joined(hypothesis).split()):
+        matched[owner[i]] += 1
     return [UtteranceScore(len(w), m) for w, m in zip(words, matched)]
+
+
+def matched_words(ref: list[str], hyp: list[str]) -> list[int]:
+    """Indices of ``ref`` matched by an alignment with the fewest edits (the WER's), and of
+    those the one with the most matched words.
+
+    jiwer picks one of the alignments of equal cost without regard to matches: "the door
+    really yes" against "really all yes" came out as two substitutions and a deletion, so
+    the interjection "Really?", which the transcript has, counted as never shown.
+    """
+    n, m = len(ref), len(hyp)
+    # cost[i][j] = (edits, -matches) of aligning ref[:i] with hyp[:j]
+    cost = [[(j, 0) for j in range(m + 1)]] + [[(i, 0)] + [None] * m for i in range(1, n + 1)]
+    for i in range(1, n + 1):
+        row, up = cost[i], cost[i - 1]
+        for j in range(1, m + 1):
+            e, g = up[j - 1]
+            diag = (e, g - 1) if ref[i - 1] == hyp[j - 1] else (e + 1, g)
+            d, ins = up[j], row[j - 1]
+            row[j] = min(diag, (d[0] + 1, d[1]), (ins[0] + 1, ins[1]))
+    out, i, j = [], n, m
+    while i and j:
+        e, g = cost[i - 1][j - 1]
+        same = ref[i - 1] == hyp[j - 1]
+        if cost[i][j] == ((e, g - 1) if same else (e + 1, g)):
+            if same:
+                out.append(i - 1)
+            i, j = i - 1, j - 1
+        elif cost[i][j] == (cost[i - 1][j][0] + 1, cost[i - 1][j][1]):
+            i -= 1
+        else:
+            j -= 1
+    return out[::-1]
 
 
 def invented_tail(reference: str, hypothesis: str) -> str:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evaluation.coverage import dev_items, invented_tail, score_utterances
+import jiwer
+
+from evaluation.coverage import dev_items, invented_tail, matched_words, score_utterances
 
 EVAL = Path(__file__).parents[2].parent / "shared" / "eval"
 
@@ -24,6 +26,16 @@ def test_digits_written_apart_are_one_number_on_both_sides() -> None:
     assert score_utterances(["five five"], "5 5 5 5 5")[0].never_shown   # a loop is still wrong
     assert score_utterances(["it is four five seven"], "It is 4 5 7.")[0].matched == 3
     assert score_utterances(["eighth"], "8.")[0].never_shown             # eight is not eighth
+
+
+def test_of_equally_short_alignments_the_one_matching_most_words_counts() -> None:
+    # conv03_overlap: "Really?" spoken over the end of the other voice's sentence.
+    turns = ["and the line was out the door.", "Really?", "Yes, and I waited."]
+    scores = score_utterances(turns, "And the line won out really all. Yes, and I waited.")
+    assert [s.matched for s in scores] == [4, 1, 4]
+    ref, hyp = "a b c d e".split(), "a x c e".split()
+    assert matched_words(ref, hyp) == [0, 2, 4]
+    assert jiwer.wer(" ".join(ref), " ".join(hyp)) == 2 / 5       # the same edits
 
 
 def test_mostly_lost_counts_half_the_words() -> None:
