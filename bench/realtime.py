@@ -38,8 +38,9 @@ every real recording with a quoted reference, an even sample of ``--prompts`` As
 prompts; see :mod:`evaluation.coverage`), each file as it is, at real-time pace,
 ``--parallel`` at a time, then transcribes the same files through the batch API of the
 same service. Printed per item and pooled: utterances never shown and mostly lost, the
-streaming WER beside the batch WER (Whisper's English normaliser on both sides), any
-invented tail, final latency and first partial p50/p95. Coverage and WER do not depend on
+streaming WER beside the batch WER (Whisper's English normaliser on both sides, numbers
+written apart joined: :func:`evaluation.text.numbers_joined`), any invented tail, final
+latency and first partial p50/p95. Coverage and WER do not depend on
 the machine's load; latencies do, so the load average is printed beside them.
 """
 

@@ -69,8 +69,10 @@ class DecodeOptions(BaseModel):
         "often stops at a change of speaker and would drop the rest of the segment."))
     continue_unclosed_after_s: float = Field(0.3, gt=0, description=(
         "The same, s, for a decode that stopped without a closing timestamp, measured from "
-        "the aligned end of its text: such a stop is certain (1 s lost \"worth it\" in "
-        "conv03_overlap)."))
+        "the start of its last word: such a stop is certain (1 s lost \"worth it\" in "
+        "conv03_overlap). A rest under ``continue_after_s`` is kept only when its decode is "
+        "sure (no-speech probability under ``doubtful_no_speech``, log-probability at least "
+        "``log_prob_threshold``)."))
     max_continuations: int = Field(3, ge=0, le=10, description=(
         "Most re-decodes of one input's remaining audio (0: none)."))
     doubtful_no_speech: float = Field(0.5, ge=0, le=1, description=(
