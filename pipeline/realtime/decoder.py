@@ -216,7 +216,7 @@ class WhisperDecoder:
             heard = text and not silent
             reached = (stamps[-1] - self._timestamp_begin) * 0.02 if stamps and heard else 0.0
             cut = len(inputs[k].prompt) + len(tokens) >= max_length
-            if heard and tokens[-1] < self._timestamp_begin and not cut:
+            if heard and options.timestamps and tokens[-1] < self._timestamp_begin and not cut:
                 unclosed.append(k)
                 text = drop_restated_tail(text)
             out.append((Decoded(text, r.no_speech_prob, avg, silent=silent), reached, False))
