@@ -14,14 +14,15 @@ is decoded again on its own (``continue_after_s``), as Whisper's own long-form l
 A decode may also stop without a closing timestamp (base writes "Men" for the 2 s "Mend the
 coat before you go out" and then end-of-text): the text then ended somewhere the tokens do
 not say. Only for such a decode, the text is aligned to the audio (CTranslate2's
-cross-attention alignment on the encoder output already computed, ~0.03 s) and the end of
-its last word stands for the missing timestamp, so the rest is decoded again as above (from
-``continue_unclosed_after_s``: the stop is certain, and a rest of 0.8 s held "worth it" in
-conv03_overlap; the decode of so short a rest is kept only when Whisper is sure of it, since
-base heard "16 team" and "all year 4 year" there). A
-decode cut by the token budget (a loop) is not continued, and an unclosed last sentence that
-restates the start of an earlier one is a loop's beginning and is dropped (base with beam 5:
-"and the coat before you go out. and the coat before").
+cross-attention alignment on the encoder output already computed, ~0.03 s) and the start of
+its last word (the end of a one-word text) stands for the missing timestamp, so the rest is
+decoded again as above, the repeated word merged away. It goes on from
+``continue_unclosed_after_s`` of rest, since the stop is certain (a rest of 0.8 s held "worth
+it" in conv03_overlap); the decode of a rest that short is kept only when Whisper is sure of
+it (base heard "16 team" and "all year 4 year" there). A decode cut by the token budget (a
+loop) is not continued, and an unclosed last sentence that restates the start of an earlier
+one is a loop's beginning and is dropped (base with beam 5: "and the coat before you go out.
+and the coat before").
 """
 
 from __future__ import annotations
