@@ -16,8 +16,8 @@ while the next is recognised, instead of all the jobs in flight finishing togeth
 the end. When more requests wait than fit, the batch is the first request and those
 closest to it in duration (beam search runs as long as the longest item, so similar
 lengths waste the least). The first request always goes, and a later job never ranks
-before an earlier one, so nothing starves. If a batched call fails, its items are decoded one by one, so only a
-chunk that fails alone fails its job.
+before an earlier one, so nothing starves. If a batched call fails, its items are
+decoded one by one, so only a chunk that fails alone fails its job.
 """
 
 from __future__ import annotations
