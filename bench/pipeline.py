@@ -24,7 +24,10 @@ model's total time on the same audio), the CPU time each process of a started
 stack (service, broker, Valkey) and this client used during the service run, and
 what all of that used beyond the bare run's CPU time, per job: the service's cost
 is mostly a fixed amount per job, so its share falls as jobs get longer. The load
-average is printed before and after: on a shared machine timings move with it.
+average is printed before and after: on a shared machine timings move with it. So is what
+each run left of the machine's cores unwanted (its threads' run plus run-queue time,
+sampled from ``/proc``): idle cores on a quiet machine (stages waiting on each other, a
+lone tail), which, unlike wall time, another process's load hardly moves.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import jiwer
 from bench.asr import DEFAULT_EVAL
 from evaluation.items import choose_items
 from evaluation.text import normalized, plain_words
-from ops.procstat import stack_cpu
+from ops.procstat import Demand, pid_of, stack_cpu, unwanted_core_seconds
 
 __all__ = ["main", "choose_items"]
 
@@ -155,7 +158,7 @@ def run_probes(base_url: str, key: str, audio_url: Any) -> dict[str, float]:
 
 
 def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
-             ) -> tuple[float, float, dict[str, str], dict[str, float], str]:
+             ) -> tuple[float, float, dict[str, str], dict[str, float], str, float]:
     """The service's models on the same files, in this process, with nothing around them.
 
     Each file goes through what the stages run (``pipeline.engines.Engines``:
@@ -169,7 +172,8 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
 
     Returns:
         Wall and CPU seconds over ``paths``, the text of each file, the seconds of
-        each file (those of ``alone`` timed alone), and the layout used.
+        each file (those of ``alone`` timed alone), the layout used, and the core-seconds
+        of the run over ``paths`` that this process left unwanted.
     """
     from concurrent.futures import ThreadPoolExecutor
 
@@ -198,15 +202,17 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
 
     try:
         one(paths[0])  # warm-up
-        with ThreadPoolExecutor(layout.workers) as pool:
-            started, cpu = time.perf_counter(), time.process_time()
+        with ThreadPoolExecutor(layout.workers) as pool, Demand(os.getpid()) as demand:
+            at, started, cpu = time.time(), time.perf_counter(), time.process_time()
             list(pool.map(one, paths))
             wall, cpu = time.perf_counter() - started, time.process_time() - cpu
+        unwanted, _ = unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)
         for path in alone:
             one(path)
     finally:
         engines.close()
-    return wall, cpu, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)"
+    return (wall, cpu, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)",
+            unwanted)
 
 
 def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
@@ -318,7 +324,12 @@ def main(argv: list[str] | None = None) -> None:
         run_dir = stack.data_dir / "run" if stack is not None else None
         cpu_before = stack_cpu(run_dir) if run_dir else {}
         own_before = time.process_time()
-        jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
+        service_pid = pid_of(run_dir, "service") if run_dir else None
+        with Demand(service_pid or os.getpid()) as demand:
+            at = time.time()
+            jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
+        unwanted = (unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)[0]
+                    if service_pid else None)
         cpu_after = stack_cpu(run_dir) if run_dir else {}
         cpu_used = {name: cpu_after[name] - cpu_before[name]
                     for name in cpu_after if name in cpu_before}
@@ -329,8 +340,8 @@ def main(argv: list[str] | None = None) -> None:
         if stack is not None:
             stack.stop()
     print(f"load average after the service run {_load()}")
-    bare_s, bare_cpu, bare_texts, bare_each, bare_layout = (
-        (None, 0.0, {}, {}, "") if args.no_bare else run_bare(
+    bare_s, bare_cpu, bare_texts, bare_each, bare_layout, bare_unwanted = (
+        (None, 0.0, {}, {}, "", 0.0) if args.no_bare else run_bare(
             args.eval, [j.path for j in jobs if j.status == "completed"], list(PROBES),
             args.model))
     if bare_s is not None:
@@ -344,6 +355,13 @@ def main(argv: list[str] | None = None) -> None:
         beyond = sum(cpu_used.values()) - bare_cpu
         print(f"CPU beyond the models: {beyond:.1f} s (all of the above less the bare run's "
               f"{bare_cpu:.1f} s), {beyond / len(jobs) * 1000:.0f} ms per job")
+    cores = os.cpu_count() or 1
+    if unwanted is not None:
+        print(f"cores left unwanted (idle on a quiet machine): service {unwanted:.1f} "
+              f"core-s, {unwanted / (cores * wall):.1%} of {cores} x {wall:.1f} s" + (
+                  f"; bare models {bare_unwanted:.1f} core-s, "
+                  f"{bare_unwanted / (cores * bare_s):.1%} of {cores} x {bare_s:.1f} s"
+                  if bare_s else ""))
     print("\none job at a time on the idle service (submission to completion) vs the bare model:")
     for path, seconds in probes.items():
         bare = f"{bare_each[path]:5.1f} s" if path in bare_each else "    -"

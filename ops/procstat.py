@@ -1,4 +1,5 @@
-"""What a benchmark reads of the embedded stack's processes: memory and CPU time.
+"""What a benchmark reads of the embedded stack's processes: memory, CPU time, and how many
+of a process's threads want a core.
 
 The embedded stack writes one pid file per process under ``<data_dir>/run/``.
 """
@@ -6,9 +7,12 @@ The embedded stack writes one pid file per process under ``<data_dir>/run/``.
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
-__all__ = ["PROCESSES", "pid_of", "alive", "memory_kb", "cpu_seconds", "stack_cpu"]
+__all__ = ["PROCESSES", "pid_of", "alive", "memory_kb", "cpu_seconds", "stack_cpu",
+           "thread_demand", "Demand", "unwanted_core_seconds"]
 
 PROCESSES = ("service", "broker", "redis")
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -64,3 +68,57 @@ def stack_cpu(run_dir: Path) -> dict[str, float]:
         if seconds is not None:
             used[name] = seconds
     return used
+
+
+def thread_demand(pid: int) -> dict[str, int]:
+    """Nanoseconds each thread of ``pid`` has run or waited in the run queue (schedstat)."""
+    out = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            run, wait, _ = (task / "schedstat").read_text().split()
+        except (OSError, ValueError):
+            continue
+        out[task.name] = int(run) + int(wait)
+    return out
+
+
+def unwanted_core_seconds(samples: list[tuple[float, dict[str, int]]], cores: int,
+                          start: float, end: float) -> tuple[float, float]:
+    """Core-seconds in ``[start, end)`` that the sampled process did not want, and the window.
+
+    Between two samples, the threads' run plus run-queue time over the interval is how many
+    cores the process wanted, whoever else used the machine: what it left unwanted is what
+    a quiet machine would have left idle (stages waiting on each other, a lone tail).
+    """
+    unwanted = window = 0.0
+    for (t0, a), (t1, b) in zip(samples, samples[1:]):
+        if t0 < start or t1 > end or t1 <= t0:
+            continue
+        wanted = sum(v - a[k] for k, v in b.items() if k in a) / 1e9 / (t1 - t0)
+        unwanted += max(0.0, cores - wanted) * (t1 - t0)
+        window += t1 - t0
+    return unwanted, window
+
+
+class Demand:
+    """Samples ``thread_demand(pid)`` every ``interval_s`` on a thread of its own."""
+
+    def __init__(self, pid: int, interval_s: float = 0.2) -> None:
+        self.pid = pid
+        self.interval_s = interval_s
+        self.samples: list[tuple[float, dict[str, int]]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="demand", daemon=True)
+
+    def __enter__(self) -> "Demand":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append((time.time(), thread_demand(self.pid)))
+            self._stop.wait(self.interval_s)

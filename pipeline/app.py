@@ -12,10 +12,11 @@ so a crash replays the record rather than losing its effects.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection
 from datetime import UTC, datetime
 from typing import Any
 
@@ -80,6 +81,35 @@ def _is_new_job(old: AccountState, event: Any) -> bool:
 def _first_settled(old: AccountState, fx: Effects) -> set[str]:
     """Jobs whose outcome this event counts for the first time (a replay settles again)."""
     return {s.transcript_id for s in fx.settled if s.transcript_id in old.processing}
+
+
+class OneAtATime:
+    """Runs the records of one job through a node one after another.
+
+    A node with several actors (``batched``, ``parallel``) could otherwise run a job's
+    re-dispatched or replayed record beside its first one, both doing the model work; the
+    second now waits, then finds the output stored and reuses it.
+    """
+
+    def __init__(self) -> None:
+        self._held: dict[str, tuple[asyncio.Lock, int]] = {}
+
+    @contextlib.asynccontextmanager
+    async def hold(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._held.get(key, (asyncio.Lock(), 0))
+        self._held[key] = (lock, users + 1)
+        try:
+            async with lock:
+                yield
+        finally:
+            lock, users = self._held[key]
+            if users == 1:
+                del self._held[key]
+            else:
+                self._held[key] = (lock, users - 1)
+
+    def __len__(self) -> int:
+        return len(self._held)
 
 
 class Pipeline:
@@ -194,9 +224,11 @@ class Pipeline:
 
     def _stage(self, item: Node, run: Callable[[Ports, Any], Awaitable[None]]) -> None:
         ports = self.ports(item)
+        jobs = OneAtATime()
 
         async def handler(record: Any) -> None:
-            await run(ports, record)
+            async with jobs.hold(record.transcript_id):
+                await run(ports, record)
 
         self._agent(item, handler, retries=None if item.retry_forever
                     else self.settings.stage_retries, ports=ports)
@@ -205,8 +237,10 @@ class Pipeline:
                retries: int | None, ports: Ports | None = None) -> None:
         spec = item.reads[0]
         # Several transcribe actors keep several jobs in flight, so their chunks can share
-        # ASR batches (pipeline.asr.batching); the other stages take one record at a time.
-        concurrency = self.settings.models.transcribe_concurrency if item.batched else 1
+        # ASR batches (pipeline.asr.batching); decode, chunk and diarize take one record per
+        # thread of the models pool; the other nodes one record at a time.
+        concurrency = (self.settings.models.transcribe_concurrency if item.batched else
+                       self.engines.layout.stage_workers if item.parallel else 1)
         publish = ports.publish if ports is not None else self.publisher(item)
 
         async def agent(stream: Any) -> None:
@@ -287,6 +321,8 @@ class Pipeline:
         for job in fx.dispatch:
             await self.ctx.redis.dequeue(job.account_id, job.transcript_id)
             await self.accounts_ports.publish(DISPATCH, job.transcript_id, job)
+            if (reconciler := getattr(self, "reconciler", None)) is not None:
+                reconciler.dispatched(job.transcript_id)
         for verdict in fx.admissions:
             await self.accounts_ports.publish(ADMISSIONS, verdict.transcript_id, verdict)
         for closed in fx.sessions_closed:

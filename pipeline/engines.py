@@ -3,7 +3,9 @@
 Model work runs on thread pools, never on the event loop, so Kafka heartbeats and
 the gateway stay responsive while a file is transcribed: chunk decodes on the
 ``asr`` pool (one thread per model replica, so decodes of several jobs run at
-once), everything else (audio decoding, VAD, diarization) on the ``models`` thread.
+once), everything else (audio decoding, VAD, diarization) on the ``models`` pool (as many
+threads as ASR workers by default, so two jobs' diarizations run side by side as the bare
+models' two files do, rather than queueing on one thread behind the ASR replicas).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import json
 import logging
 import os
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -42,6 +45,8 @@ class AsrLayout:
     """Threads per decode (CPU)."""
     batch_size: int
     """Chunks per decode call."""
+    stage_workers: int = 1
+    """Decode, VAD and diarization calls at once (the ``models`` pool's threads)."""
 
     @classmethod
     def of(cls, m: ModelSettings, cores: int | None = None) -> "AsrLayout":
@@ -50,10 +55,11 @@ class AsrLayout:
         cores = cores or len(os.sched_getaffinity(0))
         if device == "cuda":
             workers = m.asr_workers or 1
-            return cls(device, workers, m.cpu_threads or 1, m.batch_size or 16)
+            return cls(device, workers, m.cpu_threads or 1, m.batch_size or 16,
+                       m.stage_workers or workers)
         workers = m.asr_workers or max(1, min(4, cores))
         return cls(device, workers, m.cpu_threads or max(1, cores // workers),
-                   m.batch_size or 1)
+                   m.batch_size or 1, m.stage_workers or workers)
 
 
 def load_zipformer(m: ModelSettings, layout: AsrLayout) -> Any:
@@ -83,7 +89,7 @@ class Engines:
         from . import audio, diarization, vad  # noqa: F401
         self.settings = settings
         self.layout = layout = AsrLayout.of(settings.models)
-        self.pool = ThreadPoolExecutor(1, thread_name_prefix="models")
+        self.pool = ThreadPoolExecutor(layout.stage_workers, thread_name_prefix="models")
         self.asr_pool = ThreadPoolExecutor(layout.workers, thread_name_prefix="asr")
         self._lock = threading.Lock()
         self._asr: Any = None
@@ -100,7 +106,7 @@ class Engines:
         return self.layout.batch_size
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """Run ``fn(*args)`` on the models thread; a coroutine function is awaited instead.
+        """Run ``fn(*args)`` on the models pool; a coroutine function is awaited instead.
 
         The transcribe stage calls ``run(engines.transcribe, ...)``: that one is a
         coroutine, which hands its chunks to the batcher, which in turn runs the
@@ -189,15 +195,17 @@ class Engines:
 
         At most a batch per ASR worker of the job's chunks are read and waiting at
         once, so a long file never holds all its audio in memory, yet fills every
-        worker when it is the only job.
+        worker when it is the only job. The chunks rank by the job's arrival here: the
+        oldest job in flight is recognised first, on every worker.
         """
         from .audio import read_pcm
         window = asyncio.Semaphore(self.layout.batch_size * self.layout.workers)
+        rank = time.monotonic()
 
         async def one(chunk: Region) -> list[TimedWord]:
             async with window:
                 audio = await asyncio.to_thread(read_pcm, pcm, chunk)
-                return await self.batcher.transcribe(audio, chunk.start)
+                return await self.batcher.transcribe(audio, chunk.start, rank)
 
         words: list[TimedWord] = []
         for part in await asyncio.gather(*(one(c) for c in chunks)):

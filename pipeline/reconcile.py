@@ -19,6 +19,11 @@ acknowledged when it is killed, and a running Faust worker can drop records it f
 while a rebalance was under way (a member of the group left mid-load). Every stage reuses
 the outputs already stored under ``jobs/<id>/`` and the ledger never counts twice, so a job
 whose records did survive is only carried to its end a second time, with the same result.
+Jobs this process dispatched itself since that assignment's tables were recovered are left
+alone: their records were written after any loss the re-dispatch guards against, and the
+first tick comes up to ``RECONCILE_INTERVAL_S`` after start, by when a busy worker holds
+every running job of its accounts (each would be decoded, chunked and often transcribed a
+second time while the first run was still under way).
 """
 
 from __future__ import annotations
@@ -79,6 +84,20 @@ class Reconciler:
         self.partitions = ctx.settings.partitions
         self.assignment: frozenset[Any] | None = None
         """The partitions this worker held when it last re-dispatched its processing jobs."""
+        self.fresh: set[str] | None = set()
+        """Jobs dispatched here since the tables were last recovered (process start too),
+        until the next tick: the re-dispatch skips them. None between those times."""
+        signal = getattr(app, "on_rebalance_complete", None)
+        if signal is not None:  # sent once the tables are recovered, before streams resume
+            signal.connect(self._on_rebalance_complete)
+
+    async def _on_rebalance_complete(self, *args: Any, **kwargs: Any) -> None:
+        self.fresh = set()
+
+    def dispatched(self, transcript_id: str) -> None:
+        """The accounts agent dispatched a job (its record written after recovery)."""
+        if self.fresh is not None:
+            self.fresh.add(transcript_id)
 
     async def tick(self) -> None:
         if not self._ready():
@@ -86,8 +105,9 @@ class Reconciler:
         try:
             assignment = frozenset(self.app.consumer.assignment())
             if assignment != self.assignment:
-                await self.resume_processing()
+                await self.resume_processing(skip=self.fresh or set())
                 self.assignment = assignment
+            self.fresh = None
             await self.once(datetime.now(UTC))
         except asyncio.CancelledError:
             raise
@@ -110,12 +130,16 @@ class Reconciler:
                 limits=account.limits))
         return [row.id for row in lost]
 
-    async def resume_processing(self) -> list[str]:
-        """Dispatch again every job the recovered ledger holds as processing (see above)."""
+    async def resume_processing(self, skip: set[str] | frozenset[str] = frozenset()
+                                ) -> list[str]:
+        """Dispatch again every job the recovered ledger holds as processing (see above),
+        but those in ``skip`` (dispatched by this process since the recovery)."""
         resumed = []
         for account_id, raw in list(self.table.items()):
             state = AccountState.model_validate_json(raw) if raw else AccountState()
             for tid, run in state.processing.items():
+                if tid in skip:
+                    continue
                 await self.publish(DISPATCH, tid, Dispatch(
                     account_id=account_id, transcript_id=tid, started_at=run.started_at))
                 resumed.append(tid)

@@ -83,6 +83,11 @@ class ModelSettings(BaseModel):
     """Latency budget: the longest a chunk waits for others to fill its batch, ms."""
     transcribe_concurrency: int = Field(4, ge=1)
     """Jobs one worker's transcribe stage works on at once (their chunks share batches)."""
+    stage_workers: int = Field(0, ge=0)
+    """Jobs the decode, chunk and diarize stages each work on at once, and the threads of
+    the pool their model calls run on; 0: as many as the ASR workers. With one, those
+    stages of every job queued on one thread: on 2 cores, while Whisper's replicas took
+    both, diarization fell behind and finished alone on one core (docs/job-path.md)."""
     streaming_partial: str = "tiny.en"
     streaming_final: str = "tiny.en"
     """``base`` (finals with the batch beam): 7.29% WER on the dev items against 9.40%, at

@@ -77,6 +77,9 @@ class Node:
     succeeds. Other stages end the job with ``internal_error`` once retries run out."""
     batched: bool = False
     """Several records in flight at once (``models.transcribe_concurrency`` actors)."""
+    parallel: bool = False
+    """Several records at once, one per thread of the models pool (``models.stage_workers``
+    actors)."""
 
     @property
     def stores(self) -> tuple[str, ...]:
@@ -120,12 +123,12 @@ GRAPH: tuple[Node, ...] = (
          clickhouse=True),
     Node("decode", "stage",
          "fetch audio_url or the upload, decode to 16 kHz mono PCM, report duration",
-         handler="pipeline.stages.decode:run",
+         handler="pipeline.stages.decode:run", parallel=True,
          reads=(DISPATCH,), writes=(ACCOUNT_EVENTS, OUTCOMES),
          objects_read=(O.SPEC, O.UPLOAD, O.DURATION), objects_written=(O.AUDIO, O.DURATION),
          redis_read=(R.CANCELED,)),
     Node("chunk", "stage", "Silero VAD speech regions, merged into chunks",
-         handler="pipeline.stages.chunk:run",
+         handler="pipeline.stages.chunk:run", parallel=True,
          reads=(ADMISSIONS,), writes=(CHUNKS, OUTCOMES),
          objects_read=(O.AUDIO, O.CHUNKS), objects_written=(O.SPEECH, O.CHUNKS),
          redis_read=(R.CANCELED,)),
@@ -136,7 +139,7 @@ GRAPH: tuple[Node, ...] = (
          redis_read=(R.CANCELED,)),
     Node("diarize", "stage",
          "speaker embeddings and clustering; words, utterances and speakers assembled",
-         handler="pipeline.stages.diarize:run",
+         handler="pipeline.stages.diarize:run", parallel=True,
          reads=(TRANSCRIBED,), writes=(OUTCOMES,),
          objects_read=(O.AUDIO, O.SPEECH, O.WORDS, O.SPEC, O.RESULT),
          objects_written=(O.RESULT,), redis_read=(R.CANCELED,)),
@@ -207,9 +210,12 @@ def _type_name(value: Any) -> str:
 
 def describe(prefix: str = "") -> str:
     """Every node and channel as plain text, as printed by ``a5s topology``."""
-    out = ["NODES (kind, handler)"]
+    out = ["NODES (kind, handler [x records at once])"]
     for item in GRAPH:
-        out.append(f"  {item.name:<11} {item.kind:<8} {item.handler or '(gateway process)'}")
+        at_once = (" x models.transcribe_concurrency" if item.batched else
+                   " x models.stage_workers" if item.parallel else "")
+        out.append(f"  {item.name:<11} {item.kind:<8} {item.handler or '(gateway process)'}"
+                   f"{at_once}")
         out.append(f"      {item.summary}")
     out += ["", "TOPICS (key -> value)                          written by / read by"]
     for t in TOPICS:

@@ -9,11 +9,15 @@ lone job waits at most that long for company). Up to ``parallel`` batches run at
 once (one per model replica); while they all run, new requests queue, so under
 load batches fill without waiting at all.
 
-When more requests wait than fit, the batch is the oldest request and those
-closest to it in duration (beam search runs as long as the longest item, so
-similar lengths waste the least). The oldest request always goes, so nothing
-starves. If a batched call fails, its items are decoded one by one, so only a
-chunk that fails alone fails its job.
+Requests wait in the order of their ``rank`` (the engines give each job's chunks the
+time the job reached the stage), then of arrival: the oldest job's chunks go first,
+on every replica, so jobs finish one after another and each can go on to diarization
+while the next is recognised, instead of all the jobs in flight finishing together at
+the end. When more requests wait than fit, the batch is the first request and those
+closest to it in duration (beam search runs as long as the longest item, so similar
+lengths waste the least). The first request always goes, and a later job never ranks
+before an earlier one, so nothing starves. If a batched call fails, its items are
+decoded one by one, so only a chunk that fails alone fails its job.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class _Request:
     offset: float
     future: asyncio.Future[list[TimedWord]]
     enqueued: float = field(default_factory=time.monotonic)
+    rank: float = 0.0
+    """Served in this order (then ``enqueued``); the job's arrival at the stage."""
 
     @property
     def duration(self) -> float:
@@ -144,10 +150,16 @@ class BatchingTranscriber:
                 "a5s_asr_batch_size", "Chunks per batched ASR call.",
                 buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), registry=registry)
 
-    async def transcribe(self, audio: np.ndarray, offset: float) -> list[TimedWord]:
-        """Recognise one chunk (batched with whatever else is waiting); see ``AsrEngine``."""
+    async def transcribe(self, audio: np.ndarray, offset: float, rank: float | None = None
+                         ) -> list[TimedWord]:
+        """Recognise one chunk (batched with whatever else is waiting); see ``AsrEngine``.
+
+        ``rank``: requests are served in its order (default: their arrival).
+        """
         loop = asyncio.get_running_loop()
-        request = _Request(audio, offset, loop.create_future())
+        now = time.monotonic()
+        request = _Request(audio, offset, loop.create_future(), now,
+                           now if rank is None else rank)
         self._pending.append(request)
         self._ensure_loop()
         assert self._wake is not None
@@ -196,7 +208,9 @@ class BatchingTranscriber:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            budget = self._pending[0].enqueued + self.opts.max_wait_ms / 1000 - time.monotonic()
+            self._pending.sort(key=lambda r: (r.rank, r.enqueued))
+            oldest = min(r.enqueued for r in self._pending)
+            budget = oldest + self.opts.max_wait_ms / 1000 - time.monotonic()
             if len(self._pending) < self.opts.max_batch and budget > 0:
                 self._wake.clear()
                 try:
@@ -214,7 +228,7 @@ class BatchingTranscriber:
 
     async def _decode(self, batch: list[_Request]) -> None:
         now = time.monotonic()
-        self.stats.max_wait_s = max(self.stats.max_wait_s, now - batch[0].enqueued)
+        self.stats.max_wait_s = max(self.stats.max_wait_s, now - min(r.enqueued for r in batch))
         self.stats.sizes[len(batch)] += 1
         self.stats.items += len(batch)
         if self._histogram is not None:

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from ops.embedded import BROKER_MALLOC, EmbeddedStack
-from ops.procstat import cpu_seconds, memory_kb, stack_cpu
+from ops.procstat import (Demand, cpu_seconds, memory_kb, stack_cpu, thread_demand,
+                          unwanted_core_seconds)
 from schemas.settings import Settings
 
 
@@ -34,3 +35,22 @@ def test_the_embedded_broker_runs_with_the_allocator_settings(tmp_path: Path) ->
     assert plan["broker"].env == BROKER_MALLOC
     assert "MALLOC_MMAP_THRESHOLD_" in plan["broker"].env
     assert plan["redis"].env == {}
+
+
+def test_unwanted_cores_count_what_the_threads_did_not_ask_for() -> None:
+    """Two threads busy for a second want both cores; then one alone leaves one unwanted;
+    samples outside the window do not count."""
+    s = 1_000_000_000
+    samples = [(0.0, {"1": 0, "2": 0}), (1.0, {"1": s, "2": s}),
+               (2.0, {"1": 2 * s, "2": s}), (3.0, {"1": 2 * s, "2": s, "3": 0})]
+    assert unwanted_core_seconds(samples, 2, 0.0, 2.0) == (1.0, 2.0)
+    assert unwanted_core_seconds(samples, 2, 0.0, 3.0) == (3.0, 3.0)  # a new thread, idle
+
+
+def test_demand_of_this_process_grows_while_it_computes() -> None:
+    with Demand(os.getpid(), interval_s=0.05) as demand:
+        sum(i * i for i in range(3_000_000))
+    assert len(demand.samples) >= 2
+    first, last = demand.samples[0][1], demand.samples[-1][1]
+    assert sum(last.values()) > sum(first.values())
+    assert str(os.getpid()) in thread_demand(os.getpid())

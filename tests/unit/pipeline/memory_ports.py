@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Callable
 
+from pipeline.engines import AsrLayout
 from pipeline.stages.ports import Ports
 from pipeline.types import Region, TimedWord
 from schemas.records import JobSpec, TranscriptResult
@@ -84,6 +85,8 @@ class MemoryFlags:
 
 class FakeModels:
     """Stand-ins for ``pipeline.engines.Engines``, with a call count per model."""
+
+    layout = AsrLayout("cpu", workers=2, threads=1, batch_size=1, stage_workers=2)
 
     def __init__(self, duration: float = 2.5) -> None:
         self.calls: Counter[str] = Counter()

@@ -151,6 +151,24 @@ async def test_parallel_batches_run_at_once_and_fill_while_workers_are_busy() ->
     assert sorted(map(sorted, engine.calls[2:])) == [[2.0, 3.0], [4.0, 5.0]]  # filled meanwhile
 
 
+async def test_the_earliest_job_is_served_first_whatever_its_chunks_arrival(
+        pool: ThreadPoolExecutor) -> None:
+    """A job's later chunks, queued behind another job's, still go first: the earliest
+    job finishes, rather than every job in flight finishing together at the end."""
+    engine = RecordingEngine(delay_s=0.05)
+    b = batcher(engine, pool, max_batch=1, max_wait_ms=0)
+    hold = asyncio.ensure_future(b.transcribe(seconds(1), 0.0, rank=1.0))  # the worker's busy
+    await asyncio.sleep(0.01)
+    later = [asyncio.ensure_future(b.transcribe(seconds(1), 20.0 + k, rank=2.0))
+             for k in range(2)]
+    await asyncio.sleep(0)
+    earlier = [asyncio.ensure_future(b.transcribe(seconds(1), 10.0 + k, rank=1.0))
+               for k in range(2)]
+    await asyncio.gather(hold, *later, *earlier)
+    await b.close()
+    assert engine.calls == [[0.0], [10.0], [11.0], [20.0], [21.0]]
+
+
 async def test_a_failing_chunk_fails_only_its_own_job(pool: ThreadPoolExecutor) -> None:
     engine = RecordingEngine(fail_offset=2.0)
     b = batcher(engine, pool, max_batch=4, max_wait_ms=20)
@@ -254,10 +272,14 @@ async def test_engines_batch_jobs_like_one_at_a_time(tmp_path: Path, model_cache
 
 def test_default_layout_follows_the_device_and_the_cores() -> None:
     cpu = ModelSettings(device="cpu")
-    assert AsrLayout.of(cpu, cores=2) == AsrLayout("cpu", workers=2, threads=1, batch_size=1)
-    assert AsrLayout.of(cpu, cores=16) == AsrLayout("cpu", workers=4, threads=4, batch_size=1)
+    assert AsrLayout.of(cpu, cores=2) == AsrLayout("cpu", workers=2, threads=1, batch_size=1,
+                                                   stage_workers=2)
+    assert AsrLayout.of(cpu, cores=16) == AsrLayout("cpu", workers=4, threads=4, batch_size=1,
+                                                    stage_workers=4)
     forced = ModelSettings(device="cpu", asr_workers=1, cpu_threads=2, batch_size=8)
-    assert AsrLayout.of(forced, cores=2) == AsrLayout("cpu", workers=1, threads=2, batch_size=8)
+    assert AsrLayout.of(forced, cores=2) == AsrLayout("cpu", workers=1, threads=2, batch_size=8,
+                                                      stage_workers=1)
+    assert AsrLayout.of(ModelSettings(device="cpu", stage_workers=3), cores=2).stage_workers == 3
     if cuda_device_count():
         assert AsrLayout.of(ModelSettings(device="auto")).batch_size == 16
 

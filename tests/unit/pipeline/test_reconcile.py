@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from pipeline.accounts import AccountState, Running
 from pipeline.reconcile import partition_of, unseen
@@ -75,3 +76,56 @@ async def test_processing_jobs_are_dispatched_again_after_each_change_of_partiti
     await reconciler.tick()  # the new assignment: dispatched again, once
     await reconciler.tick()
     assert [key for _, key, _ in sent] == ["tr_p", "tr_p"]
+
+
+async def test_jobs_dispatched_since_the_recovery_are_not_dispatched_again() -> None:
+    """The first tick comes up to an interval after the tables are recovered: the jobs this
+    process dispatched meanwhile (their records written after any loss) are left alone; the
+    recovered ledger's other processing jobs are resumed, as after every rebalance."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from pipeline.reconcile import Reconciler
+    from schemas.records import Dispatch
+
+    recovered = asyncio.Event()
+    recovered.set()
+    assignment = {("a5s-account-events", 0)}
+    handlers: list[Any] = []
+    signal = SimpleNamespace(connect=handlers.append)  # Faust's on_rebalance_complete
+
+    async def rebalance_complete() -> None:
+        for handler in handlers:
+            await handler(app)
+
+    app = SimpleNamespace(rebalancing=False, in_recovery=False, on_rebalance_complete=signal,
+                          tables=SimpleNamespace(recovery=SimpleNamespace(completed=recovered)),
+                          consumer=SimpleNamespace(assignment=lambda: set(assignment)))
+    state = AccountState(processing={"tr_left": Running(started_at=NOW),
+                                     "tr_new": Running(started_at=NOW)})
+    table = {"acct_a": state.model_dump_json().encode()}
+    sent: list[str] = []
+
+    async def publish(spec: object, key: str, value: Dispatch) -> None:
+        sent.append(key)
+
+    async def no_lost_rows(now: datetime) -> list[str]:
+        return []
+
+    ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-", partitions=4))
+    reconciler = Reconciler(app, ctx, table, publish)  # type: ignore[arg-type]
+    reconciler.once = no_lost_rows  # type: ignore[method-assign]
+
+    await rebalance_complete()  # process start: the tables are recovered
+    reconciler.dispatched("tr_new")  # the accounts agent dispatched it since
+    await reconciler.tick()
+    assert sent == ["tr_left"]
+    reconciler.dispatched("tr_later")  # between rebalances nothing is collected
+    assert reconciler.fresh is None
+    app.rebalancing = True  # a rebalance: the records dispatched before it may be lost
+    assignment.add(("a5s-account-events", 1))
+    await reconciler.tick()
+    await rebalance_complete()
+    app.rebalancing = False
+    await reconciler.tick()  # both are resumed: neither was dispatched since the recovery
+    assert sent == ["tr_left", "tr_left", "tr_new"]

@@ -131,3 +131,37 @@ async def test_a_job_error_in_a_stage_becomes_an_error_outcome(tmp_path: Path) -
     [(topic, outcome)] = wired.published()
     assert topic == "outcomes" and outcome.status == "error"
     assert outcome.error_code == "file_not_found"
+
+
+async def test_a_jobs_records_run_through_a_node_one_after_another() -> None:
+    """Two records of one job (a re-dispatch beside the first) never run side by side in a
+    node with several actors; other jobs' records do."""
+    import asyncio
+
+    from pipeline.app import OneAtATime
+
+    jobs = OneAtATime()
+    running: dict[str, int] = {}
+    most: dict[str, int] = {}
+
+    async def record(tid: str) -> None:
+        async with jobs.hold(tid):
+            running[tid] = running.get(tid, 0) + 1
+            most[tid] = max(most.get(tid, 0), running[tid])
+            most["all"] = max(most.get("all", 0), sum(running.values()))
+            await asyncio.sleep(0.01)
+            running[tid] -= 1
+
+    await asyncio.gather(record("tr_a"), record("tr_a"), record("tr_b"), record("tr_a"))
+    assert most["tr_a"] == 1 and most["tr_b"] == 1 and most["all"] == 2
+    assert len(jobs) == 0  # nothing kept once a job's records are done
+
+
+def test_model_stages_take_a_record_per_thread_of_the_models_pool(tmp_path: Path) -> None:
+    wired = Wired(tmp_path)
+    wired.pipeline.register()
+    actors = {name.removeprefix("a5s."): agent.concurrency
+              for name, agent in wired.app.agents.items()}
+    assert {name: actors[name] for name in ("decode", "chunk", "diarize", "finalize")} == {
+        "decode": 2, "chunk": 2, "diarize": 2, "finalize": 1}
+    assert actors["transcribe"] == wired.settings.models.transcribe_concurrency
