@@ -8,6 +8,10 @@ are mapped one-to-one onto reference speakers to maximise agreement (Hungarian
 assignment). Overall DER pools the frames of all files. RTF is wall time over audio
 duration on this machine; VAD (Silero, ONNX) is reported separately from diarization.
 
+Each item goes through what the service runs: decoded to the service's 16 kHz PCM file
+(``decode_to_pcm``), speech found by the service's VAD (``speech_regions`` with the
+default ``VadOptions``, 300 ms padding) and diarized through the same memory map.
+
 ``--long SECONDS`` builds recordings of that length by cycling the scored items with
 their reference turns (a voice that returns keeps its label: the synthetic items' voice
 names, AMI's speaker ids), writes them as the service's 16 kHz PCM, finds speech with the
@@ -24,15 +28,16 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from evaluation.diarization import (SCORED, build_long, der_counts, load_audio, read_rttm,
-                                    unmatched_voices)
+from evaluation.diarization import SCORED, build_long, der_counts, read_rttm, unmatched_voices
+from pipeline.audio import decode_to_pcm
 from pipeline.diarization import DiarizationOptions, Diarizer, SpeakerEmbedder
+from pipeline.engines import PcmSamples
 from pipeline.types import SAMPLE_RATE, Region
+from pipeline.vad import SileroVad, VadOptions, speech_regions
 
 __all__ = ["main"]
 
@@ -43,18 +48,6 @@ SINGLE = [
     "real/asterisk_16k/basic-pbx-ivr-main.wav", "real/speechbrain/LJ050-0131.wav",
     "real/pocketsphinx/goforward.wav",
 ]
-
-
-@dataclass
-class _Vad:
-    model: object
-
-    def __call__(self, audio: np.ndarray) -> list[Region]:
-        import torch
-        from silero_vad import get_speech_timestamps
-        stamps = get_speech_timestamps(torch.from_numpy(audio), self.model,
-                                       sampling_rate=SAMPLE_RATE, return_seconds=True)
-        return [Region(float(s["start"]), float(s["end"])) for s in stamps]
 
 
 def _parse_sets(items: list[str]) -> dict[str, str]:
@@ -98,8 +91,6 @@ def _load() -> str:
 
 def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float) -> None:
     """Build, diarize and score one cycled recording of ``seconds``."""
-    from pipeline.engines import PcmSamples
-    from pipeline.vad import SileroVad, VadOptions, speech_regions
     with tempfile.TemporaryDirectory() as tmp:
         pcm = Path(tmp) / "long.pcm"
         ref = build_long(eval_dir, seconds, pcm)
@@ -186,7 +177,8 @@ def main(argv: list[str] | None = None) -> None:
                              "cores the ASR leaves)")
     args = parser.parse_args(argv)
     import torch
-    from silero_vad import load_silero_vad
+
+    from pipeline.vad import SileroVad
 
     torch.set_num_threads(args.threads)
     print("command: python -m bench.diarization " + shlex.join(sys.argv[1:] if argv is None
@@ -194,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
     print(f"start: {_load()}, {args.threads} torch thread(s)", flush=True)
     opts = DiarizationOptions(**_parse_sets(args.set))
     diarizer = Diarizer(SpeakerEmbedder(), opts)
-    vad = _Vad(load_silero_vad(onnx=True))
+    vad = SileroVad()
     # Warm up once: a worker keeps its models loaded, so first-call set-up is not counted.
     diarizer.diarize(np.zeros(12 * SAMPLE_RATE, np.float32), [Region(0.0, 12.0)])
     print(f"options: {opts.model_dump()}")
@@ -206,7 +198,7 @@ def main(argv: list[str] | None = None) -> None:
         run_cluster_scale(diarizer, hours)
 
 
-def _items(eval_dir: Path, diarizer: Diarizer, vad: _Vad) -> None:
+def _items(eval_dir: Path, diarizer: Diarizer, vad: SileroVad) -> None:
     print(f"{'file':42} {'dur':>6} {'DER%':>6} {'miss%':>6} {'fa%':>6} {'conf%':>6}"
           f" {'spk':>3} {'ref':>3}")
     totals = dict.fromkeys(("ref", "miss", "fa", "conf"), 0.0)
@@ -218,13 +210,16 @@ def _items(eval_dir: Path, diarizer: Diarizer, vad: _Vad) -> None:
         rows.append((stem, eval_dir / f"{stem}.wav", ref, len({s for s, _, _ in ref})))
     rows += [(name, eval_dir / name, None, 1) for name in SINGLE]
     for name, path, ref, ref_count in rows:
-        audio = load_audio(path)
-        duration = len(audio) / SAMPLE_RATE
-        t0 = time.perf_counter()
-        speech = vad(audio)
-        t1 = time.perf_counter()
-        turns = diarizer.diarize(audio, speech)
-        t2 = time.perf_counter()
+        with tempfile.TemporaryDirectory() as tmp:
+            pcm = Path(tmp) / "audio.pcm"
+            with open(pcm, "wb") as out:
+                duration = decode_to_pcm(path, out)
+            t0 = time.perf_counter()
+            speech = speech_regions(pcm, VadOptions(), vad)
+            t1 = time.perf_counter()
+            with PcmSamples(pcm) as samples:
+                turns = diarizer.diarize(samples, speech)  # type: ignore[arg-type]
+            t2 = time.perf_counter()
         audio_s, vad_s, diar_s = audio_s + duration, vad_s + t1 - t0, diar_s + t2 - t1
         found = len({t.speaker for t in turns})
         right += found == ref_count

@@ -117,14 +117,16 @@ class Diarizer:
                              sum(p.duration for p in pieces) < 2 * opts.min_speaker):
             # A speaker needs min_speaker seconds of speech: this little is one voice, and
             # short prompts (most of a call-centre backlog) skip the models.
-            return [SpeakerTurn(0, p.start, p.end) for p in pieces]
+            return [SpeakerTurn(0, p.start, p.end)
+                    for p in _widen(pieces, duration, min(opts.speech_margin, 0.0))]
         stretches = _merge(pieces, duration, pad=opts.pad, gap=opts.join_gap)
         try:
             chunks = self._segment(audio, stretches)
             emb, owners, weights = self._embed(audio, chunks)
             self._assign(chunks, emb, owners, weights, sum(p.duration for p in pieces),
                          speakers)
-            return self._turns(chunks, stretches)
+            return self._turns(chunks, stretches,
+                               _widen(pieces, duration, opts.speech_margin))
         finally:
             _trim_heap()
 
@@ -425,7 +427,8 @@ class Diarizer:
 
     # --- 5. turns -----------------------------------------------------------------------------
 
-    def _turns(self, chunks: _Chunks, stretches: list[Region]) -> list[SpeakerTurn]:
+    def _turns(self, chunks: _Chunks, stretches: list[Region],
+               speech: list[Region] | None = None) -> list[SpeakerTurn]:
         seg, opts = self._seg, self._opts
         if not chunks.starts:
             return []
@@ -456,13 +459,52 @@ class Diarizer:
                                                               act[:n, j])
             votes[o:o + n] += mine
         count = np.floor(talkers / np.maximum(cover, 1) + 0.5).astype(np.int64)
+        shift = seg.frame_duration / 2 - seg.frame_step / 2
+        if speech is not None:  # only frames centred inside the VAD's (widened) speech
+            keep = np.zeros(total, bool)
+            for r in speech:
+                lo = int(np.ceil((r.start - shift) / seg.frame_step))
+                hi = int(np.floor((r.end - shift) / seg.frame_step)) + 1
+                keep[max(0, lo):max(0, hi)] = True
+            count[~keep] = 0
         active = np.zeros((total, k), bool)
         for lo in range(0, total, 65536):  # bounded temporaries on long files
             v, n = votes[lo:lo + 65536], count[lo:lo + 65536]
             rank = np.argsort(np.argsort(-v, axis=1, kind="stable"), axis=1, kind="stable")
             active[lo:lo + 65536] = (rank < n[:, None]) & (v > 0)
-        return _to_turns(active, seg.frame_step, seg.frame_duration / 2 - seg.frame_step / 2,
-                         opts.min_gap)
+        turns = _to_turns(active, seg.frame_step, shift, opts.min_gap)
+        return turns if speech is None else _clip(turns, speech)
+
+
+def _clip(turns: list[SpeakerTurn], speech: list[Region]) -> list[SpeakerTurn]:
+    """Turns cut to the speech regions (a bridged pause or a frame's width may reach past
+    one); speakers keep their numbers, as the first speech of each stays inside."""
+    spans = sorted((r.start, r.end) for r in speech)
+    starts = np.array([a for a, _ in spans])
+    out = []
+    for t in turns:
+        first = max(0, int(np.searchsorted(starts, t.start, side="right")) - 1)
+        for a, b in spans[first:]:
+            if a >= t.end:
+                break
+            lo, hi = max(a, t.start), min(b, t.end)
+            if hi - lo > 1e-3:
+                out.append(SpeakerTurn(t.speaker, round(lo, 4), round(hi, 4)))
+    out.sort(key=lambda t: (t.start, t.speaker))
+    return out
+
+
+def _widen(speech: list[Region], duration: float, margin: float) -> list[Region]:
+    """Regions moved out by ``margin`` at each edge (in where negative), except at the audio's
+    ends; a region too short to narrow stays as it is."""
+    if not margin:
+        return speech
+    out = []
+    for r in speech:
+        start = r.start if r.start <= 1e-6 else max(0.0, r.start - margin)
+        end = r.end if r.end >= duration - 1e-6 else min(duration, r.end + margin)
+        out.append(Region(round(start, 4), round(end, 4)) if end - start > 0.1 else r)
+    return out
 
 
 def _trim_heap() -> None:

@@ -58,6 +58,12 @@ class DiarizationOptions(BaseModel):
     max_cluster_windows: int = Field(1500, ge=10, description=(
         "At most this many embeddings enter the pairwise clustering; the rest are "
         "assigned to the nearest centroid, so memory stays linear in audio length."))
+    speech_margin: float = Field(0.0, ge=-0.3, description=(
+        "Turns keep only the frames within this distance of the VAD's speech regions, s "
+        "(negative: that far inside them; the short-speech path's turns too). The "
+        "segmentation still hears the padded stretches around them for context, but "
+        "where Silero hears no speech the segmentation's activity was mostly false alarm "
+        "(a stretch's first window starting early, pauses talked through)."))
     min_gap: float = Field(0.1, ge=0, description=(
         "Pauses of one speaker shorter than this, s, are bridged."))
     batch_size: int = Field(8, ge=1, description=(
