@@ -101,7 +101,9 @@ def unwanted_core_seconds(samples: list[tuple[float, dict[str, int]]], cores: in
 
 
 class Demand:
-    """Samples ``thread_demand(pid)`` every ``interval_s`` on a thread of its own."""
+    """Samples ``thread_demand(pid)`` every ``interval_s`` on a thread of its own, and once
+    more on entry and on exit, so the window's edges are there however the thread was
+    scheduled (reading a busy process's threads can take longer than the interval)."""
 
     def __init__(self, pid: int, interval_s: float = 0.2) -> None:
         self.pid = pid
@@ -111,14 +113,18 @@ class Demand:
         self._thread = threading.Thread(target=self._run, name="demand", daemon=True)
 
     def __enter__(self) -> "Demand":
+        self._sample()
         self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self._sample()
+
+    def _sample(self) -> None:
+        self.samples.append((time.time(), thread_demand(self.pid)))
 
     def _run(self) -> None:
-        while not self._stop.is_set():
-            self.samples.append((time.time(), thread_demand(self.pid)))
-            self._stop.wait(self.interval_s)
+        while not self._stop.wait(self.interval_s):
+            self._sample()
