@@ -127,6 +127,8 @@ class Pipeline:
                             else Transcripts(ctx.ch, ctx.redis))
         self.fetch = fetch if fetch is not None else url_fetcher(ctx.settings)
         self._topics: dict[str, Any] = {}
+        self.reconciler: Reconciler | None = None
+        """Set when this process runs the reconcile node; told of each dispatch."""
         self.accounts = app.Table(ACCOUNTS.name, default=None, key_type=str, value_type=bytes,
                                   partitions=self.settings.partitions,
                                   use_partitioner=ACCOUNTS.use_partitioner,
@@ -321,8 +323,8 @@ class Pipeline:
         for job in fx.dispatch:
             await self.ctx.redis.dequeue(job.account_id, job.transcript_id)
             await self.accounts_ports.publish(DISPATCH, job.transcript_id, job)
-            if (reconciler := getattr(self, "reconciler", None)) is not None:
-                reconciler.dispatched(job.transcript_id)
+            if self.reconciler is not None:
+                self.reconciler.dispatched(job.transcript_id)
         for verdict in fx.admissions:
             await self.accounts_ports.publish(ADMISSIONS, verdict.transcript_id, verdict)
         for closed in fx.sessions_closed:
