@@ -220,28 +220,51 @@ def e2e_run(workers: int, jobs: list[dict[str, Any]], model: str, timeout_s: flo
 # --- 3. GPU -------------------------------------------------------------------------------------
 
 def gpu_section(model: str, n: int) -> None:
+    """Whisper on CUDA (float16) beside the CPU (int8): words, WER, and a batch-size sweep."""
     from pipeline.asr.base import cuda_device_count
     print("\n== GPU ==")
     if cuda_device_count() == 0:
         print("not measured: no CUDA device")
         return
+    import ctranslate2
+    import jiwer
+
     from pipeline.asr import WhisperEngine, WhisperOptions
     from pipeline.models import resolve_whisper
     chunks = speech_chunks(n)
+    if len(chunks) < n:  # a GPU batch wants more chunks than the eval set has: cycle them
+        print(f"{len(chunks)} distinct chunks, cycled to {n}")
+        chunks = (chunks * -(-n // len(chunks)))[:n]
     audio_s = sum(a.size for a, _ in chunks) / 16000
-    engine = WhisperEngine(resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models"),
-                           WhisperOptions(device="cuda"))
-    engine.transcribe_batch(chunks[:4])
+    path = resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models")
+    engine = WhisperEngine(path, WhisperOptions(device="cuda"))
+    print(f"whisper {model}, CTranslate2 {ctranslate2.__version__} ({engine._model.model.device}, "
+          f"{engine._model.model.compute_type}); {len(chunks)} chunks, {audio_s:.1f} s of speech; "
+          f"GPU memory {_gpu_memory()}; load {_load()}")
+    cpu = WhisperEngine(path, WhisperOptions(device="cpu", cpu_threads=os.cpu_count() or 1))
+    started = time.perf_counter()
+    on_cpu = cpu.transcribe_batch(chunks)
+    print(f"CPU int8, one batch, {os.cpu_count()} threads: RTF "
+          f"{(time.perf_counter() - started) / audio_s:.4f}")
+    engine.transcribe_batch(chunks[:4])  # CUDA kernels and allocator warmed
+    first: list[Any] | None = None
     for size in (1, 4, 8, 16, 32, 64):
         started = time.perf_counter()
+        words: list[Any] = []
         for k in range(0, len(chunks), size):
-            if size == 1:
-                engine.transcribe(*chunks[k])
-            else:
-                engine.transcribe_batch(chunks[k:k + size])
+            words += ([engine.transcribe(*chunks[k])] if size == 1 else
+                      engine.transcribe_batch(chunks[k:k + size]))
         wall = time.perf_counter() - started
+        first = first or words
+        same = sum([w.text for w in a] == [w.text for w in b] for a, b in zip(words, first))
         print(f"batch {size:<3}: RTF {wall / audio_s:.4f}  {audio_s / wall:7.1f} audio-h/h per "
-              f"GPU  GPU memory {_gpu_memory()}")
+              f"GPU  same words as batch 1: {same}/{len(chunks)}  GPU memory {_gpu_memory()}")
+    assert first is not None
+    texts = [" ".join(w.text for w in ws) or "<empty>" for ws in first]
+    cpu_texts = [" ".join(w.text for w in ws) or "<empty>" for ws in on_cpu]
+    print(f"float16 on CUDA against int8 on the CPU: same words on "
+          f"{sum(a == b for a, b in zip(texts, cpu_texts))}/{len(chunks)} chunks, WER of one "
+          f"taking the other as reference {jiwer.wer(cpu_texts, texts):.2%}")
 
 
 def _gpu_memory() -> str:

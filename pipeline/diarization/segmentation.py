@@ -75,7 +75,8 @@ class _SincFilterbank(nn.Module):
         self.register_buffer("window_", 0.54 - 0.46 * torch.cos(2 * math.pi * n_lin / kernel_size))
         n = (kernel_size - 1) / 2.0
         self.register_buffer("n_", 2 * math.pi * torch.arange(-n, 0).view(1, -1) / SAMPLE_RATE)
-        self._filters: torch.Tensor | None = None
+        # A buffer, so that ``module.to(device)`` moves the frozen filters with the weights.
+        self.register_buffer("_filters", None, persistent=False)
 
     def filters(self) -> torch.Tensor:
         low = self.min_low_hz + torch.abs(self.low_hz_)

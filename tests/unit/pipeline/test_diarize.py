@@ -411,6 +411,26 @@ def test_powerset_classes_match_the_trained_order() -> None:
         [0, 0, 0], [1, 0, 0], [0, 1, 0], [0, 0, 1], [1, 1, 0], [1, 0, 1], [0, 1, 1]]
 
 
+
+def test_segmenter_moves_its_frozen_filters_with_the_model() -> None:
+    """``Segmenter(device="cuda")`` moves the network with ``.to()``; the sinc filters
+    computed once at load must follow it, or the first convolution mixes devices. A dtype
+    move shows the same on the CPU."""
+    import torch
+
+    from pipeline.diarization.segmentation import Segmenter
+    seg = Segmenter(device="cpu")
+    before = seg(
+        [np.random.default_rng(0).standard_normal(seg.window_samples).astype(np.float32) * 0.1])
+    net = seg._model.to(torch.float64)
+    bank = net.sincnet.conv1d[0].filterbank
+    assert bank._filters is not None and bank._filters.dtype == torch.float64
+    assert "_filters" not in net.state_dict(), "computed at load, not a checkpoint tensor"
+    x = torch.from_numpy(np.zeros((1, 1, seg.window_samples)))
+    with torch.inference_mode():
+        assert net(x).dtype == torch.float64
+    assert before.shape[2] == seg.speakers
+
 # --- assemble() -----------------------------------------------------------------------------
 
 def _words(*spans: tuple[str, float, float]) -> list[TimedWord]:
