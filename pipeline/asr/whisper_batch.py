@@ -189,19 +189,43 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
 def _align(model: Any, tokenizer: Any, encoder_output: Any,
            pending: dict[int, tuple[list[dict[str, Any]], int, bool, float, float]],
            sizes: list[int], n: int) -> dict[int, list[dict[str, Any]]]:
-    """Word alignments of the kept items in one ``align`` call over the whole batch.
+    """Word alignments of the kept items, one ``align`` call each over its row of the batch.
 
-    The encoder output holds every item, so the dropped ones take part with a
-    one-token placeholder (cheap) and their alignment is discarded.
+    One ``align`` call over the whole batch pads every item to the longest text and
+    window: 8 chunks aligned together took 1.88 s of CPU against 0.73 s aligned one by
+    one, and on a GPU alignment took most of a batch of 32 (``bench.throughput``). The
+    encoder output is shared, not copied (:class:`_Row`).
     """
-    text_tokens: list[list[int]] = [[0] for _ in range(n)]
+    from ctranslate2 import StorageView
+
+    out: dict[int, list[dict[str, Any]]] = {}
     for i, (segments, *_rest) in pending.items():
-        text_tokens[i] = [t for s in segments for t in s["tokens"] if t < tokenizer.eot]
-    wanted = [i for i in pending if text_tokens[i]]
-    if not wanted:
-        return {i: [] for i in pending}
-    for i in range(n):
-        if not text_tokens[i]:
-            text_tokens[i] = [0]
-    aligned = model.find_alignment(tokenizer, text_tokens, encoder_output, sizes)
-    return {i: (aligned[i] if i in wanted else []) for i in pending}
+        tokens = [t for s in segments for t in s["tokens"] if t < tokenizer.eot]
+        if not tokens or n == 1:
+            out[i] = model.find_alignment(tokenizer, [tokens], encoder_output, [sizes[i]])[0] \
+                if tokens else []
+            continue
+        row = _Row(encoder_output, i)
+        out[i] = model.find_alignment(tokenizer, [tokens], StorageView.from_array(row),
+                                      [sizes[i]])[0]
+    return out
+
+
+class _Row:
+    """Item ``index`` of a batched CTranslate2 storage as a one-item array, same memory.
+
+    ``StorageView.from_array`` takes it through the array interface of the storage's
+    device; the view does not own the memory, so this object holds the storage.
+    """
+
+    def __init__(self, storage: Any, index: int) -> None:
+        name = "__array_interface__" if storage.device == "cpu" else "__cuda_array_interface__"
+        iface = dict(getattr(storage, name))
+        shape = tuple(iface["shape"])
+        if iface.get("strides") is not None or not 0 <= index < shape[0]:
+            raise ValueError("expected a contiguous batch holding the item")
+        row_bytes = int(np.prod(shape[1:])) * np.dtype(iface["typestr"]).itemsize
+        pointer, read_only = iface["data"]
+        iface.update(shape=(1, *shape[1:]), data=(pointer + index * row_bytes, read_only))
+        setattr(self, name, iface)
+        self._storage = storage
