@@ -189,3 +189,22 @@ def test_split_word_pieces_are_rejoined() -> None:
               TimedWord(" sharp", 0.9, 1.2, 0.9)]
     assert _join_pieces(pieces) == [TimedWord(" o'clock.", 0.0, 0.8, 0.33),
                                     TimedWord(" sharp", 0.9, 1.2, 0.9)]
+
+
+def test_one_item_of_a_batched_storage_is_viewed_in_place() -> None:
+    """Each item of a batch is aligned on its own row of the encoder output: the view
+    must be that row's memory (float16 as on a GPU), not a neighbour's or a copy."""
+    import ctranslate2
+
+    from pipeline.asr.whisper_batch import _Row
+
+    batch = np.arange(3 * 5 * 4, dtype=np.float16).reshape(3, 5, 4)
+    storage = ctranslate2.StorageView.from_array(batch)
+    for i in range(3):
+        row = _Row(storage, i)
+        view = ctranslate2.StorageView.from_array(row)
+        assert view.shape == [1, 5, 4]
+        np.testing.assert_array_equal(np.asarray(view), batch[i:i + 1])
+        assert np.shares_memory(np.asarray(view), np.asarray(storage))
+    with pytest.raises(ValueError):
+        _Row(storage, 3)
