@@ -74,6 +74,8 @@ class _Chunks:
     parts: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
     # (window, speaker) -> global speaker per frame (-1 where silent), where it changes
     frame_labels: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    # edges of the VAD's speech regions inside the file, s: where Silero heard pauses
+    pauses: np.ndarray = field(default_factory=lambda: np.zeros(0))
 
 
 class Diarizer:
@@ -122,6 +124,7 @@ class Diarizer:
         stretches = _merge(pieces, duration, pad=opts.pad, gap=opts.join_gap)
         try:
             chunks = self._segment(audio, stretches)
+            chunks.pauses = _edges(speech, duration)
             emb, owners, weights = self._embed(audio, chunks)
             self._assign(chunks, emb, owners, weights, sum(p.duration for p in pieces),
                          speakers)
@@ -472,6 +475,10 @@ class Diarizer:
             v, n = votes[lo:lo + 65536], count[lo:lo + 65536]
             rank = np.argsort(np.argsort(-v, axis=1, kind="stable"), axis=1, kind="stable")
             active[lo:lo + 65536] = (rank < n[:, None]) & (v > 0)
+        # A change of voice is known only to about a piece or a window step: where Silero
+        # heard a pause that near it, the change goes there.
+        _snap(active, np.round((chunks.pauses - shift) / seg.frame_step).astype(np.int64),
+              int(round(opts.pause_reach / seg.frame_step)))
         turns = _to_turns(active, seg.frame_step, shift, opts.min_gap)
         return turns if speech is None else _clip(turns, speech)
 
@@ -492,6 +499,38 @@ def _clip(turns: list[SpeakerTurn], speech: list[Region]) -> list[SpeakerTurn]:
                 out.append(SpeakerTurn(t.speaker, round(lo, 4), round(hi, 4)))
     out.sort(key=lambda t: (t.start, t.speaker))
     return out
+
+
+def _snap(active: np.ndarray, pauses: np.ndarray, reach: int) -> None:
+    """Moves each direct change from one speaker to another to the nearest pause within
+    ``reach`` frames, in place.
+
+    ``active`` is (frames, speakers); ``pauses`` are frame boundaries (boundary ``t`` lies
+    between frames ``t - 1`` and ``t``). Only frames of the two speakers of the change move;
+    where another speaker, overlap or silence lies between, the change stays.
+    """
+    one = active.sum(1) == 1
+    who = np.where(one, active.argmax(1), -1)
+    at = np.flatnonzero(one[1:] & one[:-1] & (who[1:] != who[:-1])) + 1
+    for t in at:
+        i = int(np.searchsorted(pauses, t))
+        near = pauses[max(0, i - 1):i + 1]
+        if not len(near) or np.abs(near - t).min() > reach:
+            continue
+        e = int(near[np.argmin(np.abs(near - t))])
+        a, b = who[t - 1], who[t]
+        lo, hi = min(t, e), max(t, e)
+        if lo < 1 or hi > len(who) or not np.all(np.isin(who[lo:hi], (a, b))):
+            continue
+        active[lo:hi] = False
+        active[lo:hi, a if e > t else b] = True
+        who[lo:hi] = a if e > t else b
+
+
+def _edges(speech: list[Region], duration: float) -> np.ndarray:
+    """The regions' starts and ends inside the audio, s, sorted."""
+    out = [t for r in speech for t in (r.start, r.end) if 1e-6 < t < duration - 1e-6]
+    return np.unique(np.asarray(out, dtype=np.float64))
 
 
 def _widen(speech: list[Region], duration: float, margin: float) -> list[Region]:

@@ -64,6 +64,11 @@ class DiarizationOptions(BaseModel):
         "segmentation still hears the padded stretches around them for context, but "
         "where Silero hears no speech the segmentation's activity was mostly false alarm "
         "(a stretch's first window starting early, pauses talked through)."))
+    pause_reach: float = Field(1.0, ge=0, description=(
+        "A direct change from one speaker to another moves to the nearest edge of the "
+        "VAD's speech regions (a pause Silero heard) within this distance, s: the 1 s "
+        "pieces and the window step place a change only to about a second, while people "
+        "mostly take turns at pauses, which the segmentation model often talks through."))
     min_gap: float = Field(0.1, ge=0, description=(
         "Pauses of one speaker shorter than this, s, are bridged."))
     batch_size: int = Field(8, ge=1, description=(
