@@ -36,6 +36,14 @@ class VadOptions(BaseModel):
         "silence has passed, so this plus one decode is the floor of final latency. 224 ms "
         "gave the same WER 0.06 s later; 96 ms cost a WER point over the dev items, and "
         "64 ms cut soft word endings (\"fellow america\" for \"fellow Americans\" in jfk.flac)."))
+    early_pad_ms: int = Field(64, ge=0, description=(
+        "Audio after the detected end that an *early* speculative decode covers, ms (0: "
+        "none). It starts as soon as that much has been heard, while the rest of the "
+        "padding arrives; when every VAD window of that rest stays under "
+        "``quiet_probability`` the early result stands for the padded segment and no "
+        "decode waits for the padding."))
+    quiet_probability: float = Field(0.1, gt=0, lt=1, description=(
+        "See ``early_pad_ms``: a soft word ending scores 0.1-0.3 (\"Americans\" in jfk.flac)."))
     start_pad_ms: int = Field(200, ge=0, description=(
         "Audio kept before the detected start, ms: Silero needs a few windows to rise, "
         "and a clipped first word is a lost word."))
