@@ -14,13 +14,13 @@ __all__ = ["VadOptions", "DecodeOptions", "RecognizerOptions", "EngineOptions"]
 class VadOptions(BaseModel):
     """Silero VAD endpointing (same rules as ``silero_vad.VADIterator``).
 
-    A final can settle no sooner than ``speech_pad_ms`` after speech ends plus one decode:
-    the speculative final decode starts the moment the padded end of the phrase has been
-    heard, and is the final when the silence then lasts ``min_silence_ms``. On 2 CPU cores a
-    tiny.en final decode takes 0.10-0.13 s, so the end-silence only needs to cover the pad
-    and that decode; a longer one adds latency, a shorter one splits sentences at short
-    pauses (``python -m bench.streaming --offline``, and ``--offline --coverage`` for
-    the WER of every dev item).
+    The speculative final decode starts the moment the padded end of the phrase has been
+    heard (or, with ``early_pad_ms``, sooner) and is the final when the silence then lasts
+    ``min_silence_ms``. On 2 CPU cores a tiny.en final decode takes 0.10-0.13 s; with a quiet
+    padding the early decode is ready by the close, so a final waits for the end-silence
+    only. A longer end-silence adds latency, a shorter one splits sentences at short pauses
+    (``python -m bench.streaming --offline``, and ``--offline --coverage`` for the WER of
+    every dev item).
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -38,10 +38,11 @@ class VadOptions(BaseModel):
         "64 ms cut soft word endings (\"fellow america\" for \"fellow Americans\" in jfk.flac)."))
     early_pad_ms: int = Field(64, ge=0, description=(
         "Audio after the detected end that an *early* speculative decode covers, ms (0: "
-        "none). It starts as soon as that much has been heard, while the rest of the "
-        "padding arrives; when every VAD window of that rest stays under "
-        "``quiet_probability`` the early result stands for the padded segment and no "
-        "decode waits for the padding."))
+        "none). It starts as soon as that much has been heard, with the rest of the padding "
+        "decoded as silence, while the real rest arrives; when every VAD window of that rest "
+        "stays under ``quiet_probability`` the early result stands for the padded segment and "
+        "no decode waits for the padding. 64 ms: engine final p50 0.33 -> 0.24 s, the same "
+        "WER, +1.4% of a core per session in decodes discarded when speech resumes."))
     quiet_probability: float = Field(0.1, gt=0, lt=1, description=(
         "See ``early_pad_ms``: a soft word ending scores 0.1-0.3 (\"Americans\" in jfk.flac)."))
     start_pad_ms: int = Field(200, ge=0, description=(

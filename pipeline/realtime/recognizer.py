@@ -444,7 +444,9 @@ class SessionRecognizer:
             self._speech.get(req.segment, 0)
         if text and invented(text, decoded, speech / _SR, self.decode_options(req.kind)):
             text = ""
-        if req.decoder is self._models.final:
+        # A partial never stands for a final, even from the same model: its smaller window
+        # and single continuation gave "5" for "five five" at the end of a stream.
+        if req.decoder is self._models.final and req.kind is not DecodeKind.PARTIAL:
             self._reusable[(req.start, req.end)] = text
         if req.kind is DecodeKind.FINAL:
             self._finals_in_flight -= 1
@@ -456,7 +458,7 @@ class SessionRecognizer:
             if seg is not None and seg.index == req.segment:
                 seg.partial_in_flight = False
         waiting = self._awaiting_reuse.get(req.segment)
-        if waiting == (req.start, req.end):
+        if waiting == (req.start, req.end) and req.kind is not DecodeKind.PARTIAL:
             del self._awaiting_reuse[req.segment]
             self._final_texts[req.segment] = text
             return self._settle()

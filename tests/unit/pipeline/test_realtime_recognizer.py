@@ -335,6 +335,26 @@ def test_a_quiet_padding_settles_on_the_early_decode(models: StreamingModels) ->
     assert any(abs(end - final.end) < 1e-6 for _, end in late), (late, final)
 
 
+def test_a_partial_never_stands_for_the_final(models: StreamingModels) -> None:
+    """Speech to the last sample: the stream's end closes the segment where the last
+    partial ended. That partial (smaller window, one continuation) must not be the final:
+    the final is decoded with the final options."""
+    rec = SessionRecognizer(models)
+    pcm = pcm_of(TIMIT, 0.5, 0)
+    for frame in frames(pcm):
+        samples, probs = rec.detect(frame)
+        rec.advance(samples, probs)
+    req = rec.take_partial()
+    assert req is not None and req.end == len(pcm) // 2
+    rec.complete(req, req.decoder.decode([req.input], rec.decode_options(req.kind))[0])
+    assert rec.end_of_stream() == []
+    final = rec.take_final()
+    assert final is not None and (final.start, final.end) == (req.start, req.end)
+    updates = rec.complete(final, final.decoder.decode([final.input], rec.decode_options(final.kind))[0])
+    assert updates[-1].is_final
+    assert jiwer.wer(TIMIT_TEXT, words_of(updates[-1].text)) <= 0.2, updates[-1].text
+
+
 def test_speech_resuming_discards_the_speculative_decode(models: StreamingModels) -> None:
     """A pause longer than the end padding but shorter than the end-silence starts a
     speculative decode of the first phrase only; speech resumes, so that result must not
