@@ -17,8 +17,8 @@ class VadOptions(BaseModel):
     The speculative final decode starts the moment the padded end of the phrase has been
     heard (or, with ``early_pad_ms``, sooner) and is the final when the silence then lasts
     ``min_silence_ms``. On 2 CPU cores a tiny.en final decode takes 0.10-0.13 s; with a quiet
-    padding the early decode is ready by the close, so a final waits for the end-silence
-    only. A longer end-silence adds latency, a shorter one splits sentences at short pauses
+    padding an early decode is ready by the close on an idle core, so a final waits for the
+    end-silence only. A longer end-silence adds latency, a shorter one splits sentences at short pauses
     (``python -m bench.streaming --offline``, and ``--offline --coverage`` for the WER of
     every dev item).
     """
@@ -36,13 +36,15 @@ class VadOptions(BaseModel):
         "silence has passed, so this plus one decode is the floor of final latency. 224 ms "
         "gave the same WER 0.06 s later; 96 ms cost a WER point over the dev items, and "
         "64 ms cut soft word endings (\"fellow america\" for \"fellow Americans\" in jfk.flac)."))
-    early_pad_ms: int = Field(64, ge=0, description=(
+    early_pad_ms: int = Field(0, ge=0, description=(
         "Audio after the detected end that an *early* speculative decode covers, ms (0: "
         "none). It starts as soon as that much has been heard, with the rest of the padding "
         "decoded as silence, while the real rest arrives; when every VAD window of that rest "
         "stays under ``quiet_probability`` the early result stands for the padded segment and "
-        "no decode waits for the padding. 64 ms: engine final p50 0.33 -> 0.24 s, the same "
-        "WER, +1.4% of a core per session in decodes discarded when speech resumes."))
+        "no decode waits for the padding. 64 ms: engine final p50 0.33 -> 0.24 s on an idle "
+        "core, the same WER, +1.4% of a core per session in decodes discarded when speech "
+        "resumes; off by default, since 5 sessions on 2 busy cores got no faster with it "
+        "(final p50 0.56 s against 0.53 s, 14% more engine CPU)."))
     quiet_probability: float = Field(0.1, gt=0, lt=1, description=(
         "See ``early_pad_ms``: a soft word ending scores 0.1-0.3 (\"Americans\" in jfk.flac)."))
     start_pad_ms: int = Field(200, ge=0, description=(

@@ -319,18 +319,19 @@ def test_a_held_silence_settles_on_the_speculative_decode(models: StreamingModel
 def test_a_quiet_padding_settles_on_the_early_decode(models: StreamingModels) -> None:
     """The early speculative decode starts before the end padding has arrived; when that
     padding turns out quiet (here digital silence after the phrase), it is the final and the
-    padded audio is never decoded. With the early decode off, the padded one runs."""
+    padded audio is never decoded. With the early decode off (the default), the padded one
+    runs."""
     pcm = pcm_of(TIMIT, 0.5, 1.0)
     ranges: list[tuple[float, float]] = []
-    kinds, updates = drive(SessionRecognizer(models), pcm, ranges)
+    early = RecognizerOptions(vad=VadOptions(early_pad_ms=64))
+    kinds, updates = drive(SessionRecognizer(models, (), early), pcm, ranges)
     final = [u for u in updates if u.is_final and u.text][0]
     assert DecodeKind.FINAL not in kinds, kinds
     assert ranges and all(end < final.end - 0.05 for _, end in ranges), (ranges, final)
     assert jiwer.wer(TIMIT_TEXT, words_of(final.text)) <= 0.2, final.text
 
     late: list[tuple[float, float]] = []
-    opts = RecognizerOptions(vad=VadOptions(early_pad_ms=0))
-    _, updates = drive(SessionRecognizer(models, (), opts), pcm, late)
+    _, updates = drive(SessionRecognizer(models), pcm, late)
     final = [u for u in updates if u.is_final and u.text][0]
     assert any(abs(end - final.end) < 1e-6 for _, end in late), (late, final)
 
