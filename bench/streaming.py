@@ -286,6 +286,8 @@ def run_offline(models: StreamingModels, options: EngineOptions, eval_dir: Path,
                 if not u.is_final:
                     continue
                 key = (round(u.start * SR), round(u.end * SR))
+                if key not in asked:    # settled on an early speculative decode of the segment
+                    key = max((k for k in asked if k[0] == key[0] and k[1] <= key[1]), default=key)
                 at, cost = asked.get(key, (now, 0.0))
                 used.add(key)
                 inside = [e for e in ends if u.start < e <= u.end + 0.01]

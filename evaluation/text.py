@@ -31,6 +31,7 @@ def normalized(text: str) -> str:
 
 
 _APART = re.compile(r"\b\d+(?: \d+)+\b")
+_NO_WORD = re.compile(r"(?<!\S)[^\w\s]+(?!\S)")
 
 
 def numbers_joined(text: str) -> str:
@@ -40,6 +41,9 @@ def numbers_joined(text: str) -> str:
     "457") but keeps digits that are written apart apart ("5, 5" and "5 5" -> "5 5"), so a
     transcript that writes a spoken digit string as separate digits lost every word of it.
     Applied to reference and transcript alike, this makes the two forms one word; the
-    number of digits still has to match.
+    number of digits still has to match. A token of punctuation alone is dropped: the
+    normaliser leaves "." of an ellipsis ("Calling..." -> "calling ."), which counted as an
+    inserted word.
     """
-    return _APART.sub(lambda m: m.group(0).replace(" ", ""), normalized(text))
+    joined = _APART.sub(lambda m: m.group(0).replace(" ", ""), normalized(text))
+    return " ".join(_NO_WORD.sub(" ", joined).split())

@@ -29,8 +29,8 @@ class StreamingModels:
     """VAD plus the Whisper model(s) of ``a5s-v2-streaming``: a per-process resource.
 
     Partials come from ``partial_dir``; finals from ``final_dir`` (the same model when
-    omitted, which lets a speculative decode serve as both). On 2 cores tiny.en serves
-    both at WER within noise of base and about half the decode time.
+    omitted). A partial's result never stands for a final, even from one model: partials
+    decode with a smaller window.
 
     Args:
         vad_path: Silero VAD ONNX file (:func:`~pipeline.realtime.vad.default_vad_path`).

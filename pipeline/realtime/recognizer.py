@@ -125,6 +125,7 @@ class _Segment:
     partial_in_flight: bool = False
     partial_previous_end: int = -1                  # restored when a partial is given back
     prefinal_asked: int = -1                        # end of the last speculative decode asked
+    early_asked: int = -1                           # end of the last early speculative decode asked
     speech: int = 0                                 # samples the VAD judged speech
 
 
@@ -186,6 +187,8 @@ class SessionRecognizer:
         ms = _SR // 1000
         vad = options.vad
         self._pad = vad.speech_pad_ms * ms
+        self._early_pad = vad.early_pad_ms * ms
+        self._quiet = vad.quiet_probability
         self._start_pad = vad.start_pad_ms * ms
         self._min_silence = vad.min_silence_ms * ms
         self._neg_threshold = max(vad.threshold - vad.neg_threshold_offset, 0.01)
@@ -207,6 +210,7 @@ class SessionRecognizer:
         self._finals_in_flight = 0
         self._awaiting_reuse: dict[int, tuple[int, int]] = {}  # segment -> range of a speculative decode
         self._reusable: dict[tuple[int, int], str] = {}       # final-model results by range
+        self._stands_for: dict[tuple[int, int], tuple[int, int]] = {}  # padded range -> early range
         self._last_text = ""
         self._partial_cost = 0.0
         self.finished = False
@@ -333,7 +337,10 @@ class SessionRecognizer:
         if seg is None or seg.index != req.segment:
             return
         if req.kind is DecodeKind.PREFINAL:
-            seg.prefinal_asked = -1
+            if req.end == seg.early_asked:
+                seg.early_asked = -1
+            else:
+                seg.prefinal_asked = -1
         else:
             seg.partial_in_flight = False
             seg.partial_requested_end = seg.partial_previous_end
@@ -355,15 +362,30 @@ class SessionRecognizer:
         return self._pending_finals.popleft()
 
     def take_prefinal(self) -> DecodeRequest | None:
-        """The speculative final decode of the open segment, when its silence has begun."""
+        """The speculative final decode of the open segment, when its silence has begun.
+
+        With ``early_pad_ms``, first an early one that does not wait for the whole padding;
+        the padded one is then asked only if the rest of the padding is not quiet.
+        """
         seg = self._segment
         if seg is None or not seg.temp_end:
             return None
         end = seg.temp_end - VAD_WINDOW + self._pad
+        early = seg.temp_end - VAD_WINDOW + self._early_pad
+        if self._early_pad and early < end and early <= self._buffer.end < end:
+            if seg.early_asked == early or (seg.start, early) in self._reusable:
+                return None
+            seg.early_asked = early
+            # Decoded as if the rest of the padding were silence, which is when it is used.
+            return self._request(DecodeKind.PREFINAL, seg, early, self._models.final, end - early)
         if end > self._buffer.end or seg.prefinal_asked == end:
             return None
         seg.prefinal_asked = end
         if (seg.start, end) in self._reusable:
+            return None
+        if seg.early_asked == early and all(p < self._quiet for at, p in seg.probs if at > early):
+            # The padding after the early decode holds nothing the VAD half-hears.
+            self._stands_for[(seg.start, end)] = (seg.start, early)
             return None
         return self._request(DecodeKind.PREFINAL, seg, end, self._models.final)
 
@@ -422,7 +444,9 @@ class SessionRecognizer:
             self._speech.get(req.segment, 0)
         if text and invented(text, decoded, speech / _SR, self.decode_options(req.kind)):
             text = ""
-        if req.decoder is self._models.final:
+        # A partial never stands for a final, even from the same model: its smaller window
+        # and single continuation gave "5" for "five five" at the end of a stream.
+        if req.decoder is self._models.final and req.kind is not DecodeKind.PARTIAL:
             self._reusable[(req.start, req.end)] = text
         if req.kind is DecodeKind.FINAL:
             self._finals_in_flight -= 1
@@ -434,7 +458,7 @@ class SessionRecognizer:
             if seg is not None and seg.index == req.segment:
                 seg.partial_in_flight = False
         waiting = self._awaiting_reuse.get(req.segment)
-        if waiting == (req.start, req.end):
+        if waiting == (req.start, req.end) and req.kind is not DecodeKind.PARTIAL:
             del self._awaiting_reuse[req.segment]
             self._final_texts[req.segment] = text
             return self._settle()
@@ -450,6 +474,7 @@ class SessionRecognizer:
         self._segment = _Segment(self._next_index, max(start, self._buffer.start, self._last_end))
         self._next_index += 1
         self._reusable.clear()
+        self._stands_for.clear()
         return self._segment
 
     def _close(self, end: int, reopen: bool = False) -> list[Update]:
@@ -460,11 +485,12 @@ class SessionRecognizer:
         self._last_end = end
         self._segment = None
         updates: list[Update] = []
-        if (seg.start, end) in self._reusable:
-            self._final_texts[seg.index] = self._reusable[(seg.start, end)]
+        key = self._stands_for.get((seg.start, end), (seg.start, end))
+        if key in self._reusable:
+            self._final_texts[seg.index] = self._reusable[key]
             updates = self._settle()
         elif seg.prefinal_asked == end:
-            self._awaiting_reuse[seg.index] = (seg.start, end)   # in flight: its result settles
+            self._awaiting_reuse[seg.index] = key                 # in flight: its result settles
         else:
             self._pending_finals.append(self._request(DecodeKind.FINAL, seg, end, self._models.final))
         if reopen:
@@ -484,8 +510,11 @@ class SessionRecognizer:
         p, at = min(recent)
         return at - VAD_WINDOW // 2
 
-    def _request(self, kind: DecodeKind, seg: _Segment, end: int, decoder: WhisperDecoder) -> DecodeRequest:
+    def _request(self, kind: DecodeKind, seg: _Segment, end: int, decoder: WhisperDecoder,
+                 silence: int = 0) -> DecodeRequest:
         audio = self._buffer.slice(seg.start, end)
+        if silence:
+            audio = np.concatenate([audio, np.zeros(silence, dtype=audio.dtype)])
         return DecodeRequest(kind, seg.index, seg.start, end, decoder,
                              DecodeInput(audio, self._prompts[id(decoder)]))
 

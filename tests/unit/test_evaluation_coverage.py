@@ -7,6 +7,7 @@ from pathlib import Path
 import jiwer
 
 from evaluation.coverage import dev_items, invented_tail, matched_words, score_utterances
+from evaluation.text import numbers_joined
 
 EVAL = Path(__file__).parents[2].parent / "shared" / "eval"
 
@@ -26,6 +27,11 @@ def test_digits_written_apart_are_one_number_on_both_sides() -> None:
     assert score_utterances(["five five"], "5 5 5 5 5")[0].never_shown   # a loop is still wrong
     assert score_utterances(["it is four five seven"], "It is 4 5 7.")[0].matched == 3
     assert score_utterances(["eighth"], "8.")[0].never_shown             # eight is not eighth
+
+
+def test_punctuation_left_alone_by_the_normaliser_is_not_a_word() -> None:
+    assert numbers_joined("Calling...") == "calling"
+    assert numbers_joined("It cost $5... okay") == "it cost $5 okay"
 
 
 def test_of_equally_short_alignments_the_one_matching_most_words_counts() -> None:

@@ -276,16 +276,20 @@ def test_the_end_of_a_stream_invents_nothing(models: StreamingModels, jfk_pcm: b
     assert jiwer.wer(JFK_TEXT, text) <= 0.1
 
 
-def drive(rec: SessionRecognizer, pcm: bytes) -> tuple[list[DecodeKind], list[Update]]:
+def drive(rec: SessionRecognizer, pcm: bytes, ranges: list[tuple[float, float]] | None = None
+          ) -> tuple[list[DecodeKind], list[Update]]:
     """Stream ``pcm`` frame by frame, running finals and speculative finals (no partials) the
     moment the recognizer asks for them, as an idle engine would. Returns the kinds of the
-    decodes run and every update, the closing ones included."""
+    decodes run and every update, the closing ones included; ``ranges`` gets the audio range
+    of each decode, s."""
     kinds: list[DecodeKind] = []
     updates: list[Update] = []
 
     def decode_due() -> None:
         while (req := rec.take_final() or rec.take_prefinal()) is not None:
             kinds.append(req.kind)
+            if ranges is not None:
+                ranges.append((req.start / 16000, req.end / 16000))
             decoded = req.decoder.decode([req.input], rec.decode_options(req.kind))[0]
             updates.extend(rec.complete(req, decoded))
 
@@ -310,6 +314,46 @@ def test_a_held_silence_settles_on_the_speculative_decode(models: StreamingModel
     assert DecodeKind.FINAL not in kinds, kinds           # every final was ready at the close
     assert kinds.count(DecodeKind.PREFINAL) >= len({u.segment for u in finals})
     assert jiwer.wer(JFK_TEXT, words_of(finals[-1].text)) <= 0.1, finals[-1].text
+
+
+def test_a_quiet_padding_settles_on_the_early_decode(models: StreamingModels) -> None:
+    """The early speculative decode starts before the end padding has arrived; when that
+    padding turns out quiet (here digital silence after the phrase), it is the final and the
+    padded audio is never decoded. With the early decode off (the default), the padded one
+    runs."""
+    pcm = pcm_of(TIMIT, 0.5, 1.0)
+    ranges: list[tuple[float, float]] = []
+    early = RecognizerOptions(vad=VadOptions(early_pad_ms=64))
+    kinds, updates = drive(SessionRecognizer(models, (), early), pcm, ranges)
+    final = [u for u in updates if u.is_final and u.text][0]
+    assert DecodeKind.FINAL not in kinds, kinds
+    assert ranges and all(end < final.end - 0.05 for _, end in ranges), (ranges, final)
+    assert jiwer.wer(TIMIT_TEXT, words_of(final.text)) <= 0.2, final.text
+
+    late: list[tuple[float, float]] = []
+    _, updates = drive(SessionRecognizer(models), pcm, late)
+    final = [u for u in updates if u.is_final and u.text][0]
+    assert any(abs(end - final.end) < 1e-6 for _, end in late), (late, final)
+
+
+def test_a_partial_never_stands_for_the_final(models: StreamingModels) -> None:
+    """Speech to the last sample: the stream's end closes the segment where the last
+    partial ended. That partial (smaller window, one continuation) must not be the final:
+    the final is decoded with the final options."""
+    rec = SessionRecognizer(models)
+    pcm = pcm_of(TIMIT, 0.5, 0)
+    for frame in frames(pcm):
+        samples, probs = rec.detect(frame)
+        rec.advance(samples, probs)
+    req = rec.take_partial()
+    assert req is not None and req.end == len(pcm) // 2
+    rec.complete(req, req.decoder.decode([req.input], rec.decode_options(req.kind))[0])
+    assert rec.end_of_stream() == []
+    final = rec.take_final()
+    assert final is not None and (final.start, final.end) == (req.start, req.end)
+    updates = rec.complete(final, final.decoder.decode([final.input], rec.decode_options(final.kind))[0])
+    assert updates[-1].is_final
+    assert jiwer.wer(TIMIT_TEXT, words_of(updates[-1].text)) <= 0.2, updates[-1].text
 
 
 def test_speech_resuming_discards_the_speculative_decode(models: StreamingModels) -> None:
