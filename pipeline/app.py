@@ -56,7 +56,7 @@ def create_app(settings: Settings) -> faust.App:
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
         broker_rebalance_timeout=4, broker_session_timeout=10, broker_heartbeat_interval=1,
-        broker_max_poll_interval=3600, broker_commit_interval=1.0,
+        broker_max_poll_interval=3600, broker_commit_every=1, broker_commit_interval=1.0,
         consumer_auto_offset_reset="earliest", web_enabled=False, autodiscover=False,
         producer_acks=-1, table_standby_replicas=0, stream_wait_empty=False,
         key_serializer="raw", value_serializer="raw", logging_config=None)
