@@ -28,7 +28,7 @@ from .clickhouse import ClickHouse, RemoteClickHouse
 from .redis import RedisStore
 
 __all__ = ["Transcripts", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX", "LIST_REUSE_S",
-           "LIST_PAGES_MAX"]
+           "LIST_ROWS_MAX"]
 
 _COLUMNS = list(TranscriptRow.model_fields)
 LIVE_TTL_S = 7 * 24 * 3600.0
@@ -41,8 +41,8 @@ RESULT_CACHE_MAX = 256 * 1024
 LIST_REUSE_S = 30.0
 """How long a list page may be answered again while its account's list stamp holds (a
 bound on staleness should a writer fail between its ClickHouse write and the stamp)."""
-LIST_PAGES_MAX = 2048
-"""List pages kept per process (the oldest go first)."""
+LIST_ROWS_MAX = 10_000
+"""Rows of the list pages kept per process, all pages together (the oldest go first)."""
 _FINAL = ("completed", "error", "deleted")
 
 
@@ -54,6 +54,7 @@ class Transcripts:
         self._pages: dict[tuple[str, int, str | None, str | None],
                           tuple[str, float, tuple[TranscriptRow, ...]]] = {}
         """List pages by (account, limit, status, before): (list stamp, when, rows)."""
+        self._page_rows = 0
 
     async def _store(self, row: TranscriptRow) -> None:
         """Write a row version to ClickHouse and, around it, to the read model."""
@@ -147,11 +148,16 @@ class Transcripts:
                 return list(kept[2])
         rows = await self._list_stored(account_id, limit=limit, status=status, before=before)
         if stamp is not None:
-            self._pages.pop(key, None)
-            self._pages[key] = (stamp, time.monotonic(), tuple(rows))
-            while len(self._pages) > LIST_PAGES_MAX:
-                self._pages.pop(next(iter(self._pages)))
+            self._keep_page(key, stamp, rows)
         return rows
+
+    def _keep_page(self, key: tuple[str, int, str | None, str | None], stamp: str,
+                   rows: list[TranscriptRow]) -> None:
+        old = self._pages.pop(key, None)
+        self._page_rows += len(rows) - (len(old[2]) if old else 0)
+        self._pages[key] = (stamp, time.monotonic(), tuple(rows))
+        while self._page_rows > LIST_ROWS_MAX:
+            self._page_rows -= len(self._pages.pop(next(iter(self._pages)))[2])
 
     async def _list_stored(self, account_id: str, *, limit: int, status: str | None = None,
                            before: str | None = None) -> list[TranscriptRow]:
