@@ -20,8 +20,8 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_exc
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
-from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, TRANSCRIPT, UPLOAD,
-                                   UPLOAD_CLAIM, WEBHOOK_AUTH)
+from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, TRANSCRIPT,
+                                   TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM, WEBHOOK_AUTH)
 
 __all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
 
@@ -61,7 +61,27 @@ redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1
 # `begin` and `end`: while one is, ClickHouse may already hold a newer row, so the entry
 # is not answered from.
 _RUN = "local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')\n"
-_ROW_BEGIN = _RUN + """
+# An account's list stamp, {run, pending, gen}: every row writer holds it `pending` around
+# its ClickHouse write and adds one to `gen` after it, so a list page read while the stamp
+# was settled is current for as long as the stamp is the same (``Transcripts.list``).
+_LIST_TTL_MS = 3_600_000
+_LIST_BEGIN = """
+if redis.call('HGET', KEYS[i], 'run') ~= run then
+  redis.call('DEL', KEYS[i]); redis.call('HSET', KEYS[i], 'run', run, 'pending', 0, 'gen', 0)
+end
+redis.call('HINCRBY', KEYS[i], 'pending', 1); redis.call('PEXPIRE', KEYS[i], %d)
+""" % _LIST_TTL_MS
+_LIST_END = """
+if redis.call('HGET', KEYS[i], 'run') == run then
+  if redis.call('HINCRBY', KEYS[i], 'pending', -1) < 0 then
+    redis.call('HSET', KEYS[i], 'pending', 0) end
+  redis.call('HINCRBY', KEYS[i], 'gen', 1)
+end
+"""
+_LISTS_BEGIN = _RUN + "for i = 1, #KEYS do\n" + _LIST_BEGIN + "end\nreturn 1\n"
+_LISTS_END = _RUN + "for i = 1, #KEYS do\n" + _LIST_END + "end\nreturn 1\n"
+# KEYS[2], when given, is the row's account list stamp.
+_ROW_BEGIN = _RUN + "if #KEYS > 1 then local i = 2\n" + _LIST_BEGIN + "end\n" + """
 if redis.call('HGET', KEYS[1], 'run') ~= run then
   redis.call('DEL', KEYS[1]); redis.call('HSET', KEYS[1], 'run', run, 'pending', 0)
   redis.call('PEXPIRE', KEYS[1], ARGV[1])
@@ -70,7 +90,7 @@ return redis.call('HINCRBY', KEYS[1], 'pending', 1)
 """
 # ARGV: version, row JSON, ttl ms, deleted (1/0). An older version than the entry's is
 # not stored (concurrent writers: the highest version wins, as in ClickHouse).
-_ROW_END = _RUN + """
+_ROW_END = _RUN + "if #KEYS > 1 then local i = 2\n" + _LIST_END + "end\n" + """
 if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
 if redis.call('HINCRBY', KEYS[1], 'pending', -1) < 0 then
   redis.call('HSET', KEYS[1], 'pending', 0) end
@@ -88,6 +108,18 @@ if v[1] ~= run or not v[3] or tonumber(v[2] or '1') ~= 0 then return false end
 if ARGV[1] == '1' and v[4] then return {v[3], v[4]} end
 return {v[3]}
 """
+# The stamp of a settled list (made for this server run if missing), or nothing while a
+# writer is between its ClickHouse write and its end.
+_LIST_STAMP = _RUN + """
+local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'gen')
+if v[1] ~= run then
+  redis.call('DEL', KEYS[1]); redis.call('HSET', KEYS[1], 'run', run, 'pending', 0, 'gen', 0)
+  redis.call('PEXPIRE', KEYS[1], %d)
+  return run .. ':0'
+end
+if tonumber(v[2] or '1') ~= 0 then return false end
+return run .. ':' .. v[3]
+""" % _LIST_TTL_MS
 _ROW_RESULT = _RUN + """
 if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
 if redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
@@ -134,6 +166,9 @@ class RedisStore:
         self._row_end = self.client.register_script(_ROW_END)
         self._row_get = self.client.register_script(_ROW_GET)
         self._row_result = self.client.register_script(_ROW_RESULT)
+        self._lists_begin = self.client.register_script(_LISTS_BEGIN)
+        self._lists_end = self.client.register_script(_LISTS_END)
+        self._list_stamp = self.client.register_script(_LIST_STAMP)
 
     def k(self, *parts: str) -> str:
         return self.prefix + ":".join(parts)
@@ -219,21 +254,50 @@ class RedisStore:
 
     # --- read model of live transcripts ---------------------------------------------------------
 
-    async def row_begin(self, transcript_id: str, ttl_s: float) -> None:
+    def _row_keys(self, transcript_id: str, account_id: str | None) -> list[str]:
+        keys = [self.k(*TRANSCRIPT.key(transcript_id))]
+        if account_id is not None:
+            keys.append(self.k(*TRANSCRIPT_LIST.key(account_id)))
+        return keys
+
+    async def row_begin(self, transcript_id: str, ttl_s: float,
+                        account_id: str | None = None) -> None:
         """Before a transcript's row is written to ClickHouse: readers go there until
-        :meth:`row_end` (or for good, should the writer not get that far)."""
+        :meth:`row_end` (or for good, should the writer not get that far). With
+        ``account_id``, the account's list stamp is held too (no page is reused)."""
         async with map_redis_errors():
-            await self._row_begin(keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+            await self._row_begin(keys=self._row_keys(transcript_id, account_id),
                                   args=[int(ttl_s * 1000)])
 
     async def row_end(self, transcript_id: str, version: int, row_json: str, ttl_s: float,
-                      deleted: bool) -> bool:
+                      deleted: bool, account_id: str | None = None) -> bool:
         """After the row is stored in ClickHouse: the entry answers reads again, with this
-        row unless a newer one is there. ``deleted`` drops the cached result."""
+        row unless a newer one is there. ``deleted`` drops the cached result. With
+        ``account_id``, the account's list stamp moves on (pages read before are stale)."""
         async with map_redis_errors():
             return bool(await self._row_end(
-                keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+                keys=self._row_keys(transcript_id, account_id),
                 args=[version, row_json, int(ttl_s * 1000), 1 if deleted else 0]))
+
+    async def lists_begin(self, account_ids: list[str]) -> None:
+        """:meth:`row_begin`'s hold on list stamps, for writes that bypass it (batches)."""
+        if account_ids:
+            async with map_redis_errors():
+                await self._lists_begin(keys=[self.k(*TRANSCRIPT_LIST.key(a))
+                                              for a in account_ids])
+
+    async def lists_end(self, account_ids: list[str]) -> None:
+        """:meth:`row_end`'s move of list stamps, after :meth:`lists_begin`."""
+        if account_ids:
+            async with map_redis_errors():
+                await self._lists_end(keys=[self.k(*TRANSCRIPT_LIST.key(a))
+                                            for a in account_ids])
+
+    async def list_stamp(self, account_id: str) -> str | None:
+        """The account's list stamp, or None while a row writer is in flight."""
+        async with map_redis_errors():
+            found = await self._list_stamp(keys=[self.k(*TRANSCRIPT_LIST.key(account_id))])
+        return found or None
 
     async def row_get(self, transcript_id: str, *,
                       with_result: bool = False) -> tuple[str, str | None] | None:

@@ -15,17 +15,20 @@ Redis server's restart is not used, and the read goes to ClickHouse. Entries liv
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from schemas.errors import A5sError
 from schemas.records import TranscriptResult
 from schemas.rows import STATE_RANK, TranscriptRow, UsageEventRow, version_for
 
 from .clickhouse import ClickHouse, RemoteClickHouse
 from .redis import RedisStore
 
-__all__ = ["Transcripts", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX"]
+__all__ = ["Transcripts", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX", "LIST_REUSE_S",
+           "LIST_ROWS_MAX"]
 
 _COLUMNS = list(TranscriptRow.model_fields)
 LIVE_TTL_S = 7 * 24 * 3600.0
@@ -35,6 +38,11 @@ DONE_TTL_S = 3600.0
 client's polling and a webhook's follow-up ``GET`` happen within it."""
 RESULT_CACHE_MAX = 256 * 1024
 """Longer results (JSON characters) are read from ClickHouse only."""
+LIST_REUSE_S = 30.0
+"""How long a list page may be answered again while its account's list stamp holds (a
+bound on staleness should a writer fail between its ClickHouse write and the stamp)."""
+LIST_ROWS_MAX = 10_000
+"""Rows of the list pages kept per process, all pages together (the oldest go first)."""
 _FINAL = ("completed", "error", "deleted")
 
 
@@ -43,17 +51,21 @@ class Transcripts:
                  ) -> None:
         self.ch = ch
         self.redis = redis
+        self._pages: dict[tuple[str, int, str | None, str | None],
+                          tuple[str, float, tuple[TranscriptRow, ...]]] = {}
+        """List pages by (account, limit, status, before): (list stamp, when, rows)."""
+        self._page_rows = 0
 
     async def _store(self, row: TranscriptRow) -> None:
         """Write a row version to ClickHouse and, around it, to the read model."""
         if self.redis is None:
             await self.ch.insert("transcripts", [row.model_dump(include=set(_COLUMNS))])
             return
-        await self.redis.row_begin(row.id, LIVE_TTL_S)
+        await self.redis.row_begin(row.id, LIVE_TTL_S, row.account_id)
         await self.ch.insert("transcripts", [row.model_dump(include=set(_COLUMNS))])
         ttl = DONE_TTL_S if row.deleted or row.status in _FINAL else LIVE_TTL_S
         await self.redis.row_end(row.id, row.version, row.model_dump_json(), ttl,
-                                 bool(row.deleted))
+                                 bool(row.deleted), row.account_id)
 
     async def _cached(self, transcript_id: str, account_id: str | None, *,
                       with_result: bool = False,
@@ -114,6 +126,41 @@ class Transcripts:
 
     async def list(self, account_id: str, *, limit: int, status: str | None = None,
                    before: str | None = None) -> list[TranscriptRow]:
+        """A page of the account's transcripts, newest first.
+
+        With a read model, a page read from ClickHouse while the account's list stamp was
+        settled is kept and answered again while the stamp is the same: every row writer
+        holds the stamp around its ClickHouse write and moves it after, so a page is reused
+        only while no row of the account has changed since it was read (a client's own
+        write, returned, has moved the stamp). Pages live ``LIST_REUSE_S`` at most; Redis
+        unreachable, ClickHouse answers."""
+        stamp = None
+        if self.redis is not None:
+            try:
+                stamp = await self.redis.list_stamp(account_id)
+            except A5sError:
+                stamp = None
+        key = (account_id, limit, status, before)
+        if stamp is not None:
+            kept = self._pages.get(key)
+            if kept is not None and kept[0] == stamp and \
+                    time.monotonic() - kept[1] < LIST_REUSE_S:
+                return list(kept[2])
+        rows = await self._list_stored(account_id, limit=limit, status=status, before=before)
+        if stamp is not None:
+            self._keep_page(key, stamp, rows)
+        return rows
+
+    def _keep_page(self, key: tuple[str, int, str | None, str | None], stamp: str,
+                   rows: list[TranscriptRow]) -> None:
+        old = self._pages.pop(key, None)
+        self._page_rows += len(rows) - (len(old[2]) if old else 0)
+        self._pages[key] = (stamp, time.monotonic(), tuple(rows))
+        while self._page_rows > LIST_ROWS_MAX:
+            self._page_rows -= len(self._pages.pop(next(iter(self._pages)))[2])
+
+    async def _list_stored(self, account_id: str, *, limit: int, status: str | None = None,
+                           before: str | None = None) -> list[TranscriptRow]:
         sql = ("SELECT * FROM {db}.transcripts FINAL WHERE account_id = {a:String} "
                "AND deleted = 0")
         params: dict[str, Any] = {"a": account_id, "n": limit}
@@ -276,8 +323,10 @@ class Transcripts:
             return
         at = at or datetime.now(UTC)
         ids = [r.id for r in rows]
+        accounts = sorted({r.account_id for r in rows})
         if self.redis is not None:
             await self.redis.row_forget(ids)
+            await self.redis.lists_begin(accounts)
         tombstones = [_tombstone(r, at) for r in rows]
         await self.ch.insert("transcripts",
                              [t.model_dump(include=set(_COLUMNS)) for t in tombstones])
@@ -291,6 +340,7 @@ class Transcripts:
             "{p:Array(Tuple(String, String))}", {"p": pairs})
         if self.redis is not None:
             await self.redis.row_forget(ids)
+            await self.redis.lists_end(accounts)
 
     async def record_usage(self, event: UsageEventRow) -> None:
         await self.ch.insert("usage_events", [event.model_dump()])

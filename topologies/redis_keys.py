@@ -15,7 +15,7 @@ from typing import Literal
 
 __all__ = ["RedisKey", "REDIS_KEYS", "CANCELED", "WEBHOOK_AUTH", "LEDGER", "QUEUED", "UPLOAD",
            "UPLOAD_CLAIM", "LIVE", "IDEMPOTENCY", "RATE", "RETENTION_LOCK", "ACCOUNT_CACHE",
-           "KEY_CACHE", "TRANSCRIPT"]
+           "KEY_CACHE", "TRANSCRIPT", "TRANSCRIPT_LIST"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,11 @@ TRANSCRIPT = RedisKey("transcript", ("transcript_id",), "hash",
                       "read model of a live transcript: its current row and result, written "
                       "after ClickHouse by every row writer (docs/job-path.md)")
 
+TRANSCRIPT_LIST = RedisKey("transcripts", ("account_id",), "hash",
+                           "stamp of an account's transcript list: bumped after ClickHouse by "
+                           "every row writer; the gateway reuses a list page while it holds "
+                           "(docs/job-path.md)")
+
 REDIS_KEYS: tuple[RedisKey, ...] = (CANCELED, WEBHOOK_AUTH, LEDGER, QUEUED, UPLOAD, UPLOAD_CLAIM,
                                     LIVE, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,
-                                    KEY_CACHE, TRANSCRIPT)
+                                    KEY_CACHE, TRANSCRIPT, TRANSCRIPT_LIST)

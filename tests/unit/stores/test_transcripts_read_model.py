@@ -113,6 +113,51 @@ async def main():
 asyncio.run(main())
 """
 
+LISTS = _PRELUDE + """
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    redis = RedisStore(sys.argv[2], prefix=sys.argv[3])
+    t = T.Transcripts(ch, redis)
+    now = datetime.now(UTC)
+    def page(rows):
+        return [[r.id, r.status] for r in rows]
+    async def listed(name, account="acct_1", **kw):
+        rows, q = await counted(ch, t.list(account, limit=kw.pop("limit", 10), **kw))
+        seen(name, [page(rows), q])
+    for tid in ("tr_1", "tr_2"):
+        await t.insert(TranscriptRow(id=tid, account_id="acct_1", key_id="k", created_at=now,
+                                     status="queued"))
+    await listed("first")
+    await listed("again")
+    await listed("other_account", "acct_2")
+    await listed("other_filter", status="queued")
+    await t.change("tr_1", "processing", now, account_id="acct_1")
+    await listed("after_change")
+    await listed("after_change_again")
+    # A writer between its ClickHouse write and its end: no page is reused or kept.
+    await redis.row_begin("tr_1", 60, "acct_1")
+    await listed("mid_write")
+    await listed("mid_write_again")
+    await redis.row_end("tr_1", 1, "{}", 60, False, "acct_1")
+    await listed("ended")
+    await listed("ended_again")
+    # A restarted Redis (another run_id): the stamp starts again, no page from before.
+    await redis.client.hset(redis.k("transcripts", "acct_1"), "run", "0" * 40)
+    await listed("other_run")
+    # Batch deletion (retention) moves the stamp too.
+    await t.delete_many([await t.get("tr_2", "acct_1")])
+    await listed("after_delete_many")
+    # Redis unreachable: ClickHouse answers.
+    down = T.Transcripts(ch, RedisStore("redis://127.0.0.1:1", prefix="x:"))
+    rows, q = await counted(ch, down.list("acct_1", limit=10))
+    seen("redis_down", [page(rows), q])
+    print(json.dumps(out))
+    await redis.close()
+    await ch.close()
+asyncio.run(main())
+"""
+
 
 def _run(script: str, *args: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO,
@@ -162,3 +207,21 @@ def test_read_model_answers_every_state_and_falls_back_to_clickhouse(
     live_ttl, done_ttl = out["ttl"]
     assert LIVE_TTL_S - 60 < live_ttl <= LIVE_TTL_S
     assert DONE_TTL_S - 60 < done_ttl <= DONE_TTL_S
+
+
+def test_list_pages_are_reused_only_while_no_row_of_the_account_changed(
+        tmp_path: Path, valkey: str) -> None:
+    out = _run(LISTS, str(tmp_path / "ch"), valkey, "rm2:")
+    queued = [["tr_2", "queued"], ["tr_1", "queued"]]
+    assert out["first"] == [queued, 1]
+    assert out["again"] == [queued, 0], "an unchanged account's page is answered again"
+    assert out["other_account"] == [[], 1]
+    assert out["other_filter"] == [queued, 1], "each page (filter, cursor, limit) is its own"
+    changed = [["tr_2", "queued"], ["tr_1", "processing"]]
+    assert out["after_change"] == [changed, 1], "a returned write is seen by the next list"
+    assert out["after_change_again"] == [changed, 0]
+    assert out["mid_write"] == [changed, 1] and out["mid_write_again"] == [changed, 1]
+    assert out["ended"] == [changed, 1] and out["ended_again"] == [changed, 0]
+    assert out["other_run"] == [changed, 1]
+    assert out["after_delete_many"] == [[["tr_1", "processing"]], 1]
+    assert out["redis_down"] == [[["tr_1", "processing"]], 1]
