@@ -25,6 +25,11 @@ from stores.redis import RedisStore
 out = {}
 def seen(name, value):
     out[name] = value
+async def stores():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    redis = RedisStore(sys.argv[2], prefix=sys.argv[3])
+    return ch, redis, T.Transcripts(ch, redis)
 async def counted(ch, call):
     before = ch.queries
     value = await call
@@ -37,10 +42,7 @@ def brief(row):
 
 LIFECYCLE = _PRELUDE + """
 async def main():
-    ch = ClickHouse("chdb://" + sys.argv[1])
-    await ch.start()
-    redis = RedisStore(sys.argv[2], prefix=sys.argv[3])
-    t = T.Transcripts(ch, redis)
+    ch, redis, t = await stores()
     plain = T.Transcripts(ch)  # ClickHouse only
     now = datetime.now(UTC)
     await t.insert(TranscriptRow(id="tr_a", account_id="acct_1", key_id="k", created_at=now,
@@ -115,10 +117,7 @@ asyncio.run(main())
 
 LISTS = _PRELUDE + """
 async def main():
-    ch = ClickHouse("chdb://" + sys.argv[1])
-    await ch.start()
-    redis = RedisStore(sys.argv[2], prefix=sys.argv[3])
-    t = T.Transcripts(ch, redis)
+    ch, redis, t = await stores()
     now = datetime.now(UTC)
     def page(rows):
         return [[r.id, r.status] for r in rows]
