@@ -260,8 +260,8 @@ def gpu_section(model: str, n: int) -> None:
         print(f"batch {size:<3}: RTF {wall / audio_s:.4f}  {audio_s / wall:7.1f} audio-h/h per "
               f"GPU  same words as batch 1: {same}/{len(chunks)}  GPU memory {_gpu_memory()}")
     assert first is not None
-    texts = [" ".join(w.text for w in ws) or "<empty>" for ws in first]
-    cpu_texts = [" ".join(w.text for w in ws) or "<empty>" for ws in on_cpu]
+    texts, cpu_texts = ([" ".join(w.text for w in ws) or "<empty>" for ws in run]
+                        for run in (first, on_cpu))
     print(f"float16 on CUDA against int8 on the CPU: same words on "
           f"{sum(a == b for a, b in zip(texts, cpu_texts))}/{len(chunks)} chunks, WER of one "
           f"taking the other as reference {jiwer.wer(cpu_texts, texts):.2%}")

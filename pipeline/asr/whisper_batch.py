@@ -160,7 +160,7 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
             segment_duration=sizes[i] * fe.time_per_frame, seek=0)
         pending[i] = (segments, seek, single_ending, avg_logprob, ratio)
 
-    alignments = _align(model, tokenizer, encoder_output, pending, sizes, len(audios))
+    alignments = _align(model, tokenizer, encoder_output, pending, sizes)
     prepend, append = _punctuation()
     for i, (segments, seek, single_ending, avg_logprob, ratio) in pending.items():
         WhisperModel.add_word_timestamps(_Aligned(model.frames_per_second, alignments[i]),
@@ -188,7 +188,7 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
 
 def _align(model: Any, tokenizer: Any, encoder_output: Any,
            pending: dict[int, tuple[list[dict[str, Any]], int, bool, float, float]],
-           sizes: list[int], n: int) -> dict[int, list[dict[str, Any]]]:
+           sizes: list[int]) -> dict[int, list[dict[str, Any]]]:
     """Word alignments of the kept items, one ``align`` call each over its row of the batch.
 
     One ``align`` call over the whole batch pads every item to the longest text and
@@ -201,11 +201,10 @@ def _align(model: Any, tokenizer: Any, encoder_output: Any,
     out: dict[int, list[dict[str, Any]]] = {}
     for i, (segments, *_rest) in pending.items():
         tokens = [t for s in segments for t in s["tokens"] if t < tokenizer.eot]
-        if not tokens or n == 1:
-            out[i] = model.find_alignment(tokenizer, [tokens], encoder_output, [sizes[i]])[0] \
-                if tokens else []
+        if not tokens:
+            out[i] = []
             continue
-        row = _Row(encoder_output, i)
+        row = _Row(encoder_output, i)  # held until the call returns: the view does not own it
         out[i] = model.find_alignment(tokenizer, [tokens], StorageView.from_array(row),
                                       [sizes[i]])[0]
     return out
