@@ -19,8 +19,11 @@
    submission to the last completion), per-job latency percentiles (created to
    completed, queueing included), and the batch sizes the service's batcher
    achieved (``a5s_asr_batch_size`` from ``/metrics``).
-3. GPU: RTF, audio-hours per hour, a batch-size sweep and GPU memory, where a
-   CUDA device is present; otherwise "not measured: no CUDA device".
+3. GPU: RTF, audio-hours per hour, a batch-size sweep with the seconds of each
+   CTranslate2 call (``encode``, ``generate``, ``align``) and GPU memory, then the
+   cost of one beam-search step as the batch grows, with and without timestamp
+   tokens, where a CUDA device is present; otherwise "not measured: no CUDA device"
+   (``--gpu-device cpu`` runs the same section on the CPU, as a check of the code).
 
 Every run is bounded by ``--timeout``; the load average is printed with each
 figure, since on a shared machine timings move with it.
@@ -219,11 +222,41 @@ def e2e_run(workers: int, jobs: list[dict[str, Any]], model: str, timeout_s: flo
 
 # --- 3. GPU -------------------------------------------------------------------------------------
 
-def gpu_section(model: str, n: int) -> None:
-    """Whisper on CUDA (float16) beside the CPU (int8): words, WER, and a batch-size sweep."""
+class _Phases:
+    """Wraps a CTranslate2 Whisper model: seconds and calls of ``encode``/``generate``/``align``."""
+
+    TIMED = ("encode", "generate", "align")
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+        self.seconds: dict[str, float] = {}
+        self.calls: dict[str, int] = {}
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._inner, name)
+        if name not in self.TIMED:
+            return attr
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return attr(*args, **kwargs)
+            finally:
+                self.seconds[name] = self.seconds.get(name, 0.0) + time.perf_counter() - started
+                self.calls[name] = self.calls.get(name, 0) + 1
+        return timed
+
+    def report(self, wall: float) -> str:
+        parts = [f"{k} {self.seconds[k]:.2f} s/{self.calls[k]} calls" for k in sorted(self.seconds)]
+        return ", ".join(parts) + f", the rest {wall - sum(self.seconds.values()):.2f} s"
+
+
+def gpu_section(model: str, n: int, device: str = "cuda") -> None:
+    """Whisper on CUDA (float16) beside the CPU (int8): words, WER, a batch-size sweep with the
+    time of each CTranslate2 call, and how a beam search step grows with the batch."""
     from pipeline.asr.base import cuda_device_count
     print("\n== GPU ==")
-    if cuda_device_count() == 0:
+    if device == "cuda" and cuda_device_count() == 0:
         print("not measured: no CUDA device")
         return
     import ctranslate2
@@ -231,16 +264,14 @@ def gpu_section(model: str, n: int) -> None:
 
     from pipeline.asr import WhisperEngine, WhisperOptions
     from pipeline.models import resolve_whisper
-    chunks = speech_chunks(n)
-    if len(chunks) < n:  # a GPU batch wants more chunks than the eval set has: cycle them
-        print(f"{len(chunks)} distinct chunks, cycled to {n}")
-        chunks = (chunks * -(-n // len(chunks)))[:n]
+    distinct = speech_chunks(n)
+    chunks = (distinct * -(-n // len(distinct)))[:n]  # a GPU batch wants more: cycle them
     audio_s = sum(a.size for a, _ in chunks) / 16000
     path = resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models")
-    engine = WhisperEngine(path, WhisperOptions(device="cuda"))
+    engine = WhisperEngine(path, WhisperOptions(device=device))
     print(f"whisper {model}, CTranslate2 {ctranslate2.__version__} ({engine._model.model.device}, "
-          f"{engine._model.model.compute_type}); {len(chunks)} chunks, {audio_s:.1f} s of speech; "
-          f"GPU memory {_gpu_memory()}; load {_load()}")
+          f"{engine._model.model.compute_type}); {len(distinct)} distinct chunks cycled to "
+          f"{len(chunks)}, {audio_s:.1f} s of speech; GPU memory {_gpu_memory()}; load {_load()}")
     cpu = WhisperEngine(path, WhisperOptions(device="cpu", cpu_threads=os.cpu_count() or 1))
     started = time.perf_counter()
     on_cpu = cpu.transcribe_batch(chunks)
@@ -249,22 +280,58 @@ def gpu_section(model: str, n: int) -> None:
     engine.transcribe_batch(chunks[:4])  # CUDA kernels and allocator warmed
     first: list[Any] | None = None
     for size in (1, 4, 8, 16, 32, 64):
+        phases = engine._model.model = _Phases(engine._model.model)
+        engine.batch_fallbacks = 0
         started = time.perf_counter()
         words: list[Any] = []
         for k in range(0, len(chunks), size):
             words += ([engine.transcribe(*chunks[k])] if size == 1 else
                       engine.transcribe_batch(chunks[k:k + size]))
         wall = time.perf_counter() - started
+        engine._model.model = phases._inner
         first = first or words
         same = sum([w.text for w in a] == [w.text for w in b] for a, b in zip(words, first))
         print(f"batch {size:<3}: RTF {wall / audio_s:.4f}  {audio_s / wall:7.1f} audio-h/h per "
-              f"GPU  same words as batch 1: {same}/{len(chunks)}  GPU memory {_gpu_memory()}")
+              f"GPU  same words as batch 1: {same}/{len(chunks)}  decoded alone after the "
+              f"batch: {engine.batch_fallbacks}  GPU memory {_gpu_memory()}\n"
+              f"           {phases.report(wall)}")
     assert first is not None
     texts, cpu_texts = ([" ".join(w.text for w in ws) or "<empty>" for ws in run]
                         for run in (first, on_cpu))
     print(f"float16 on CUDA against int8 on the CPU: same words on "
           f"{sum(a == b for a, b in zip(texts, cpu_texts))}/{len(chunks)} chunks, WER of one "
           f"taking the other as reference {jiwer.wer(cpu_texts, texts):.2%}")
+    beam_growth(engine, [a for a, _ in distinct], (1, 4, 16, 32) if device == "cuda" else (1, 2))
+
+
+def beam_growth(engine: Any, audios: list[Any], batches: tuple[int, ...] = (1, 4, 16, 32)) -> None:
+    """``generate`` alone on B copies of one chunk, with and without timestamp tokens: the cost
+    of a decoding step as the rows (batch x beam) grow."""
+    import numpy as np
+    from faster_whisper.audio import pad_or_trim
+    from faster_whisper.tokenizer import Tokenizer
+    from faster_whisper.transcribe import get_suppressed_tokens
+    m = engine._model
+    tokenizer = Tokenizer(m.hf_tokenizer, m.model.is_multilingual, task="transcribe",
+                          language="en" if m.model.is_multilingual else None)
+    ordered = sorted(audios, key=len)
+    print("beam search step cost (beam 5, 30 s window, B copies of one chunk):")
+    for audio in (ordered[len(ordered) // 4], ordered[-2]):
+        window = pad_or_trim(m.feature_extractor(audio)[:, :-1], m.feature_extractor.nb_max_frames)
+        for without_timestamps in (False, True):
+            prompt = m.get_prompt(tokenizer, [], without_timestamps=without_timestamps)
+            for b in batches:
+                encoded = m.encode(np.stack([window] * b))
+                started = time.perf_counter()
+                results = m.model.generate(
+                    encoded, [list(prompt)] * b, beam_size=engine.opts.beam_size,
+                    max_length=m.max_length, suppress_blank=True,
+                    suppress_tokens=get_suppressed_tokens(tokenizer, [-1]))
+                wall = time.perf_counter() - started
+                steps = max(len(r.sequences_ids[0]) for r in results)
+                print(f"  chunk {audio.size / 16000:4.1f} s, timestamps "
+                      f"{'off' if without_timestamps else 'on '}, B {b:<2}: "
+                      f"{1000 * wall / steps:7.2f} ms a step, {1000 * wall / b:7.1f} ms a chunk")
 
 
 def _gpu_memory() -> str:
@@ -289,6 +356,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--timeout", type=float, default=240.0)
     parser.add_argument("--skip-e2e", action="store_true")
     parser.add_argument("--skip-engine", action="store_true")
+    parser.add_argument("--gpu-device", default="cuda",
+                        help="device of the GPU section (cpu: a quick check of it without a GPU)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"a5s throughput bench: {os.cpu_count()} cores, load {_load()}")
@@ -302,7 +371,7 @@ def main(argv: list[str] | None = None) -> None:
               f"audio, whisper {args.model}, batch size {args.batch_size} ==")
         for workers in (int(w) for w in args.workers.split(",")):
             e2e_run(workers, jobs, args.model, args.timeout, args.batch_size)
-    gpu_section(args.model, args.engine_chunks)
+    gpu_section(args.model, args.engine_chunks, args.gpu_device)
 
 
 if __name__ == "__main__":

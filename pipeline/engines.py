@@ -29,9 +29,14 @@ from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer"]
+__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer", "CUDA_BATCH"]
 
 log = logging.getLogger(__name__)
+
+CUDA_BATCH = 4
+"""Chunks per Whisper call on a GPU by default: beam search with timestamp tokens costs
+CTranslate2 more per step the more rows it carries (batch x beam), so past 4 chunks a
+batch is slower per chunk than 4 (docs/scaling.md, "Measured on one H100")."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ class AsrLayout:
         cores = cores or len(os.sched_getaffinity(0))
         if device == "cuda":
             workers = m.asr_workers or 1
-            return cls(device, workers, m.cpu_threads or 1, m.batch_size or 16,
+            return cls(device, workers, m.cpu_threads or 1, m.batch_size or CUDA_BATCH,
                        m.stage_workers or workers)
         workers = m.asr_workers or max(1, min(4, cores))
         return cls(device, workers, m.cpu_threads or max(1, cores // workers),

@@ -77,8 +77,8 @@ class ModelSettings(BaseModel):
     """Threads per decode on CPU; 0: the CPU cores shared out among the ASR workers."""
     batch_size: int = Field(0, ge=0)
     """Chunks (from any jobs in flight) decoded in one call; 1 decodes one at a time;
-    0 chooses by device: 16 on CUDA, 1 on CPU (where parallel workers beat batches; see
-    docs/scaling.md for the measurements)."""
+    0 chooses by device: 4 on CUDA (where larger beam-search batches cost more per chunk), 1
+    on CPU (where parallel workers beat batches; see docs/scaling.md for the measurements)."""
     batch_max_wait_ms: float = Field(20.0, ge=0)
     """Latency budget: the longest a chunk waits for others to fill its batch, ms."""
     transcribe_concurrency: int = Field(4, ge=1)

@@ -17,7 +17,6 @@ import numpy as np
 import pytest
 
 from pipeline.asr import TransducerEngine, TransducerOptions, WhisperEngine
-from pipeline.asr.base import cuda_device_count
 from pipeline.asr.batching import BatchingTranscriber, BatchOptions, choose_batch
 from pipeline.audio import decode_to_pcm, read_pcm
 from pipeline.engines import AsrLayout, Engines
@@ -280,8 +279,9 @@ def test_default_layout_follows_the_device_and_the_cores() -> None:
     assert AsrLayout.of(forced, cores=2) == AsrLayout("cpu", workers=1, threads=2, batch_size=8,
                                                       stage_workers=1)
     assert AsrLayout.of(ModelSettings(device="cpu", stage_workers=3), cores=2).stage_workers == 3
-    if cuda_device_count():
-        assert AsrLayout.of(ModelSettings(device="auto")).batch_size == 16
+    # on a GPU: one replica, and batches of 4 (larger beam-search batches cost more a chunk)
+    assert AsrLayout.of(ModelSettings(device="cuda"), cores=16) == AsrLayout(
+        "cuda", workers=1, threads=1, batch_size=4, stage_workers=1)
 
 
 async def test_engines_decode_two_jobs_on_two_replicas(tmp_path: Path, model_cache: Path) -> None:

@@ -17,7 +17,7 @@ import pytest
 from pipeline.asr import TransducerEngine, TransducerOptions, WhisperEngine, WhisperOptions
 from pipeline.asr.base import cuda_device_count, resolve_device
 from pipeline.audio import decode_to_pcm, read_pcm
-from pipeline.engines import Engines
+from pipeline.engines import CUDA_BATCH, Engines
 from pipeline.models import resolve_whisper
 from pipeline.types import SAMPLE_RATE
 from schemas.settings import ModelSettings, Settings
@@ -76,7 +76,7 @@ def test_engines_auto_settings_load_whisper_on_cuda(tmp_path: Path) -> None:
     engines = Engines(Settings(data_dir=tmp_path,  # type: ignore[call-arg]
                                models=ModelSettings(device="auto")))
     try:
-        assert engines.batch_size == 16  # the default batches on a GPU
+        assert engines.batch_size == CUDA_BATCH == 4  # the default batches on a GPU
         assert engines.asr.device == "cuda"
         assert engines.asr._model.model.compute_type == "float16"
     finally:
