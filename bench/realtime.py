@@ -132,7 +132,8 @@ async def run_session(url: str, key: str, res: Session, delay: float) -> None:
 
         task = asyncio.create_task(reader())
         pcm = res.pcm.tobytes()
-        n = len(pcm) // FRAME_BYTES
+        # every sample, the last frame shorter: the offline runs see the whole file too
+        n = -(-len(pcm) // FRAME_BYTES)
         with contextlib.suppress(websockets.ConnectionClosed):
             for i in range(n):
                 due = t0 + i * FRAME_BYTES / 2 / SR
@@ -141,7 +142,7 @@ async def run_session(url: str, key: str, res: Session, delay: float) -> None:
                     await asyncio.sleep(due - now)
                 res.max_send_lag = max(res.max_send_lag, time.perf_counter() - due)
                 await ws.send(pcm[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
-            await asyncio.sleep(max(0.0, t0 + n * FRAME_BYTES / 2 / SR - time.perf_counter()))
+            await asyncio.sleep(max(0.0, t0 + len(pcm) / 2 / SR - time.perf_counter()))
             t_finish = time.perf_counter() - t0
             await ws.send(json.dumps({"type": "finish"}))
         await done.wait()

@@ -24,7 +24,7 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 
 from schemas.records import RealtimeAudio, RealtimeMessage
 from stores.context import Context
-from stores.kafka import map_kafka_errors, topic_name
+from stores.kafka import LIVE_CLIENT, map_kafka_errors, topic_name
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
 
 from .base import publish
@@ -60,7 +60,7 @@ class RealtimeHub:
             topic = topic_name(s, REALTIME_MESSAGES)
             consumer = AIOKafkaConsumer(
                 bootstrap_servers=s.bootstrap, group_id=None, enable_auto_commit=False,
-                client_id=f"{s.app_id}-{self.gateway_id}", auto_offset_reset="latest",
+                client_id=f"{s.app_id}{LIVE_CLIENT}-{self.gateway_id}", auto_offset_reset="latest",
                 fetch_max_wait_ms=s.realtime.fetch_max_wait_ms, request_timeout_ms=15_000)
             async with map_kafka_errors():
                 await consumer.start()

@@ -134,9 +134,11 @@ class RealtimeSettings(BaseModel):
     """The gateway forwards a session's audio in records of about this much audio, ms."""
     fetch_max_wait_ms: int = 100
     """Longest fetch wait of the realtime consumers (gateway and worker). A broker that
-    answers a waiting fetch as soon as a record arrives (Apache Kafka, the embedded one)
-    delivers in milliseconds whatever this is; it bounds the delay on one that does not.
-    10 ms cost a fifth of a core per idle process in polling; 100 ms costs nothing."""
+    answers a waiting fetch as soon as a record arrives (Apache Kafka) delivers in
+    milliseconds whatever this is; it bounds the delay on one that does not. The embedded
+    broker answers an empty fetch at once: there the consumers pause instead
+    (``stores.kafka.pace_empty_fetches``, 10 ms for these while records flow, 50 ms idle),
+    never longer than this. 10 ms here cost a fifth of a core per idle process in polling."""
     provider_start_timeout_s: float = 60.0
     """How long a new session waits for a worker to take it (models may be loading)."""
     stall_timeout_s: float = 15.0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -25,7 +26,7 @@ from topologies.tables import TABLES
 from topologies.topics import CHANGELOG_CONFIG, TOPICS, TopicSpec
 
 __all__ = ["ensure_topics", "changelog_names", "topic_configs", "Producer", "map_kafka_errors",
-           "topic_name", "pace_empty_fetches"]
+           "topic_name", "pace_empty_fetches", "LIVE_CLIENT"]
 
 log = logging.getLogger(__name__)
 
@@ -157,7 +158,14 @@ class Producer:
         return int(meta.offset)
 
 
-def pace_empty_fetches(pause_s: float = 0.05) -> None:
+LIVE_CLIENT = "-realtime"
+"""Consumers whose client id contains this carry live audio and transcripts (the realtime
+agent's and the gateway's): :func:`pace_empty_fetches` polls for them sooner while records
+flow."""
+
+
+def pace_empty_fetches(pause_s: float = 0.05, live_pause_s: float = 0.01,
+                       live_busy_s: float = 2.0) -> None:
     """Make aiokafka consumers pause briefly after a fetch that brought nothing.
 
     A Kafka broker holds an empty fetch for up to ``fetch.max.wait.ms``; the embedded
@@ -165,6 +173,11 @@ def pace_empty_fetches(pause_s: float = 0.05) -> None:
     spin, measured at about 70% of a core for an idle service. Pausing at most
     ``pause_s`` after an empty answer costs a record at most that much latency.
     Installed only for the embedded broker (``stores.process``).
+
+    A live consumer (:data:`LIVE_CLIENT`) that received a record in the last
+    ``live_busy_s`` pauses only ``live_pause_s``: with 50 ms, each of the two hops of
+    live audio and transcripts waited 37-44 ms (median) under load, now 17-19 ms.
+    An idle one pauses ``pause_s`` like the others, so an idle service polls no more.
     """
     from aiokafka.consumer import consumer as consumer_module
     from aiokafka.consumer.fetcher import Fetcher
@@ -175,12 +188,20 @@ def pace_empty_fetches(pause_s: float = 0.05) -> None:
     class PacedFetcher(Fetcher):
         paced = True
 
+        def __init__(self, client: Any, *args: Any, **kwargs: Any) -> None:
+            super().__init__(client, *args, **kwargs)
+            self._live = LIVE_CLIENT in str(getattr(client, "_client_id", ""))
+            self._records_at = -math.inf
+
         async def _proc_fetch_request(self, assignment: Any, node_id: Any,
                                       request: Any) -> bool:
             started = time.monotonic()
             got = await super()._proc_fetch_request(assignment, node_id, request)
-            if not got:
-                wait = min(pause_s, self._fetch_max_wait_ms / 1000)
+            if got:
+                self._records_at = started
+            else:
+                busy = self._live and started - self._records_at < live_busy_s
+                wait = min(live_pause_s if busy else pause_s, self._fetch_max_wait_ms / 1000)
                 remaining = wait - (time.monotonic() - started)
                 if remaining > 0:
                     # Cancelled here by ``Fetcher.close``, which awaits this task: end as

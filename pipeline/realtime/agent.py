@@ -45,6 +45,7 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from schemas.errors import StreamError
 from schemas.records import RealtimeAudio, RealtimeMessage
 from schemas.settings import Settings
+from stores.kafka import LIVE_CLIENT
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES, TopicSpec
 
 from .engine import RealtimeEngine
@@ -161,7 +162,7 @@ class RealtimeAgent:
         return AIOKafkaConsumer(
             bootstrap_servers=self.settings.bootstrap,
             group_id=f"{self.settings.app_id}-realtime",
-            client_id=f"{self.settings.app_id}-realtime",
+            client_id=f"{self.settings.app_id}{LIVE_CLIENT}",
             # Offsets are not committed: a worker that is given a partition starts at its end,
             # and rebuilds any session it meets mid-way from the session's own origin. (With
             # auto-commit, the embedded broker never settled a group that a second worker

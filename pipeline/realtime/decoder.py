@@ -19,10 +19,20 @@ its last word (the end of a one-word text) stands for the missing timestamp, so 
 decoded again as above, the repeated word merged away. It goes on from
 ``continue_unclosed_after_s`` of rest, since the stop is certain (a rest of 0.8 s held "worth
 it" in conv03_overlap); the decode of a rest that short is kept only when Whisper is sure of
-it (base heard "16 team" and "all year 4 year" there). A decode cut by the token budget (a
-loop) is not continued, and an unclosed last sentence that restates the start of an earlier
-one is a loop's beginning and is dropped (base with beam 5: "and the coat before you go out.
-and the coat before").
+it (base heard "16 team" and "all year 4 year" there). An unclosed last sentence that
+restates the start of an earlier one is a loop's beginning and is dropped (base with beam 5:
+"and the coat before you go out. and the coat before").
+
+The token budget (``max_tokens_per_second``) bounds a decode: CTranslate2's Whisper generates
+at most half of ``max_length`` (Whisper's sample length, half the text context), so a decode
+gets 4 tokens plus 4 per second of audio after its prompt. A fast talker's long segment can
+reach that (conv03_overlap): such a decode ends without a closing timestamp and its rest is
+continued as above. A loop reaches it too, and the short encoder window is what makes tiny.en
+loop on some short segments: "five five" (``cards/004.wav``) decoded in a 10 s window gave
+"5, 5, 5, 5, 5" up to the budget for 22 of 49 cuts of its start and end (and "5" for 16 more),
+in Whisper's own 30 s window "5 5" for all 49. A decode that ran into the budget is therefore
+decoded once more in the window Whisper was trained on (``runaway_window_frames``), as the
+batch path decodes every chunk; the second decode is kept when it ends within the budget.
 """
 
 from __future__ import annotations
@@ -72,6 +82,9 @@ class Decoded:
     """Whisper's own no-speech rule (``DecodeOptions.no_speech_threshold``) judged it
     non-speech. The text is kept: the caller weighs it against what the VAD heard (tiny.en
     judged a clearly spoken, 0.4 s "Added." at the very end of a stream non-speech)."""
+    widened: bool = False
+    """The first decode ran into the token budget (a loop) and this is its second decode, in
+    the window of ``DecodeOptions.runaway_window_frames``."""
 
 
 def drop_restated_tail(text: str) -> str:
@@ -181,14 +194,34 @@ class WhisperDecoder:
                 if extra.text and not extra.silent and not unsure:
                     prev = results[k]
                     results[k] = Decoded(merge_overlap(prev.text, extra.text), prev.no_speech_prob,
-                                         prev.avg_logprob, round_ + 1, prev.silent)
+                                         prev.avg_logprob, round_ + 1, prev.silent,
+                                         prev.widened)
                     todo.append((k, reached, unclosed))
         return results
 
     def _decode_once(self, inputs: Sequence[DecodeInput],
                      options: DecodeOptions) -> list[tuple[Decoded, float, bool]]:
         """One batched pass: each input's result, how far its text reaches, s (0 when the
-        output has no timestamp), and whether it stopped without a closing timestamp."""
+        output has no timestamp), and whether it stopped without a closing timestamp.
+
+        An input whose decode ran into the token budget is decoded once more in the window
+        of ``options.runaway_window_frames``; that result replaces it unless it ran into the
+        budget too (a long text, not a loop: its rest is continued as before)."""
+        out = self._pass(inputs, options)
+        runaway = [k for k, (_, _, _, cut) in enumerate(out) if cut]
+        if runaway and options.min_frames < options.runaway_window_frames:
+            wide = options.model_copy(update={"min_frames": options.runaway_window_frames})
+            again = self._pass([inputs[k] for k in runaway], wide)
+            for k, (d, reached, unclosed, cut) in zip(runaway, again):
+                if not cut:
+                    out[k] = (Decoded(d.text, d.no_speech_prob, d.avg_logprob, silent=d.silent,
+                                      widened=True), reached, unclosed, cut)
+        return [(d, reached, unclosed) for d, reached, unclosed, _ in out]
+
+    def _pass(self, inputs: Sequence[DecodeInput],
+              options: DecodeOptions) -> list[tuple[Decoded, float, bool, bool]]:
+        """:meth:`_decode_once` without the second decode of a runaway; the last item says
+        whether the decode ran into its token budget."""
         feats = [self._features(i.audio) for i in inputs]
         longest = max(f.shape[-1] for f in feats)
         window = min(_FULL_WINDOW, max(options.min_frames, longest + options.trailing_pad_frames))
@@ -197,9 +230,10 @@ class WhisperDecoder:
             n = min(window, f.shape[-1])
             row[:, :n] = f[:, :n]
         encoded = self._model.encode(ctranslate2.StorageView.from_array(batch))
-        seconds = max(len(i.audio) for i in inputs) / 16000
-        budget = 8 + math.ceil(seconds * options.max_tokens_per_second)
-        max_length = min(self._max_length, len(inputs[0].prompt) + budget)
+        prompt = len(inputs[0].prompt)
+        budgets = [8 + math.ceil(len(i.audio) / 16000 * options.max_tokens_per_second)
+                   for i in inputs]
+        max_length = min(self._max_length, prompt + max(budgets))
         results = self._model.generate(
             encoded, [list(i.prompt) for i in inputs], beam_size=options.beam_size,
             max_length=max_length, return_scores=True, return_no_speech_prob=True,
@@ -216,13 +250,17 @@ class WhisperDecoder:
             stamps = [t for t in tokens if t >= self._timestamp_begin]
             heard = text and not silent
             reached = (stamps[-1] - self._timestamp_begin) * 0.02 if stamps and heard else 0.0
-            cut = len(inputs[k].prompt) + len(tokens) >= max_length
-            if heard and options.timestamps and tokens[-1] < self._timestamp_begin and not cut:
+            # CTranslate2's Whisper generates at most max_length // 2 tokens (Whisper's sample
+            # length: half the text context); a short input batched with a longer one is held
+            # to its own budget.
+            cut = len(tokens) >= min(max_length, prompt + budgets[k]) // 2
+            if heard and options.timestamps and tokens[-1] < self._timestamp_begin:
                 unclosed.append(k)
                 text = drop_restated_tail(text)
-            out.append((Decoded(text, r.no_speech_prob, avg, silent=silent), reached, False))
+            out.append((Decoded(text, r.no_speech_prob, avg, silent=silent), reached, False, cut))
         for k, at in zip(unclosed, self._resume_points(encoded, unclosed, results, feats)):
-            out[k] = (out[k][0], max(out[k][1], at), True)
+            d, reached, _, cut = out[k]
+            out[k] = (d, max(reached, at), True, cut)
         return out
 
     def _resume_points(self, encoded: ctranslate2.StorageView, rows: list[int],

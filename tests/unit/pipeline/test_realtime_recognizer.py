@@ -241,6 +241,34 @@ def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels,
             assert once.text == whole.text and whole.continued == 0
 
 
+FIVE_FIVE = EVAL / "real" / "pocketsphinx" / "cards" / "004.wav"
+""""five five", speech to 1.34 s of 1.55 s: in a 10 s encoder window tiny.en loops on it
+("5, 5, 5, ...") for most cuts of its end."""
+
+
+def test_a_runaway_decode_is_decoded_again_in_the_full_window(models: StreamingModels) -> None:
+    """The segment the VAD closes when silence follows (start padding to the end padding):
+    greedy tiny.en in the short window runs to the token budget; that runaway is decoded
+    again in Whisper's 30 s window."""
+    audio = np.frombuffer(pcm_of(FIVE_FIVE, 0, 0), "<i2").astype(np.float32)[1920:24064] / 32768
+    decoder = models.final
+    looped, = decoder.decode([DecodeInput(audio, decoder.prompt())],
+                             DecodeOptions(runaway_window_frames=0))
+    assert words_of(looped.text).split().count("5") > 2 and not looped.widened, looped
+    again, = decoder.decode([DecodeInput(audio, decoder.prompt())], DecodeOptions())
+    assert again.widened and words_of(again.text) == "5 5", again
+
+
+@pytest.mark.parametrize("tail_s", [0.0, 1.0])
+def test_five_five_is_not_looped_through_the_stream(models: StreamingModels, tail_s: float) -> None:
+    """The file as a client streams it in whole 20 ms frames (the last 14 ms dropped) and
+    ended by ``finish``, or followed by silence that closes the segment: both final decodes
+    looped to "5, 5, 5, 5, 5" (the whole file, to its last sample, happened to give "5 5.")."""
+    pcm = pcm_of(FIVE_FIVE, 0, tail_s)
+    _, updates = drive(SessionRecognizer(models), pcm[:len(pcm) // FRAME * FRAME])
+    assert words_of(updates[-1].text) == "5 5", updates[-1]
+
+
 def test_a_restated_unfinished_tail_is_a_loop() -> None:
     assert drop_restated_tail("and the coat before you go out. and the coat before") == \
         "and the coat before you go out."
