@@ -256,3 +256,17 @@ def test_speech_after_the_last_word_marks_an_early_stop(tmp_path: Path) -> None:
     assert _unfinished(audio, 2.15)
     assert _unfinished(audio, 0.0)
     assert not _unfinished(audio, 10.6)
+
+
+def test_a_phrase_written_twice_is_a_loop() -> None:
+    """tiny.en without timestamps wrote asterisk's "four" as "Four. Four."."""
+    from pipeline.asr.whisper_batch import _doubled
+
+    def segment(*words: str) -> list[dict]:
+        return [{"words": [{"word": w} for w in words]}]
+
+    assert _doubled(segment(" Four.", " Four."))
+    assert _doubled(segment(" press", " one", " Press", " one."))
+    assert not _doubled(segment(" Four."))
+    assert not _doubled(segment(" press", " one", " press", " two"))
+    assert not _doubled([])
