@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--full-window", action="store_true",
                         help="pad every chunk to Whisper's 30 s window (faster-whisper's way) "
                              "instead of fitting the encoder window to the chunk")
+    parser.add_argument("--no-timestamp-tokens", action="store_true",
+                        help="decode with <|notimestamps|>, words timed by the alignment only")
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
     parser.add_argument("--engine", choices=("whisper", "zipformer"), default="whisper")
     parser.add_argument("--model-dir", type=Path, default=None,
@@ -120,11 +122,13 @@ def main(argv: list[str] | None = None) -> None:
     t0 = time.perf_counter()
     engine = WhisperEngine(resolve_whisper(args.model, args.cache_dir), WhisperOptions(
         beam_size=args.beam, cpu_threads=args.threads, device=args.device,
-        compute_type=args.compute_type, **({"window_pad_frames": None} if args.full_window else {})))
+        compute_type=args.compute_type, timestamp_tokens=not args.no_timestamp_tokens,
+        **({"window_pad_frames": None} if args.full_window else {})))
     vad, opts = SileroVad(), VadOptions()
     print(f"model {engine.name} ({args.model}) loaded in {time.perf_counter() - t0:.1f} s; "
           f"beam {args.beam}, {args.threads} threads, {args.device}, "
-          f"{'30 s' if args.full_window else 'fitted'} encoder windows; {len(items)} items")
+          f"{'30 s' if args.full_window else 'fitted'} encoder windows, "
+          f"timestamp tokens {'off' if args.no_timestamp_tokens else 'on'}; {len(items)} items")
 
     results: list[Result] = []
     with tempfile.TemporaryDirectory() as scratch:
@@ -142,6 +146,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{score}  rtf {result.seconds / result.duration:5.2f}  {item['path']}\n"
                       f"      ref: {plain_words(ref)}\n      hyp: {hyp}")
     report(results)
+    print(f"chunks decoded alone after the one-pass decode (fallbacks): {engine.batch_fallbacks}")
 
 
 def report(results: list[Result]) -> None:

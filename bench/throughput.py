@@ -251,7 +251,7 @@ class _Phases:
         return ", ".join(parts) + f", the rest {wall - sum(self.seconds.values()):.2f} s"
 
 
-def gpu_section(model: str, n: int, device: str = "cuda") -> None:
+def gpu_section(model: str, n: int, device: str = "cuda", timestamp_tokens: bool = True) -> None:
     """Whisper on CUDA (float16) beside the CPU (int8): words, WER, a batch-size sweep with the
     time of each CTranslate2 call, and how a beam search step grows with the batch."""
     from pipeline.asr.base import cuda_device_count
@@ -268,11 +268,12 @@ def gpu_section(model: str, n: int, device: str = "cuda") -> None:
     chunks = (distinct * -(-n // len(distinct)))[:n]  # a GPU batch wants more: cycle them
     audio_s = sum(a.size for a, _ in chunks) / 16000
     path = resolve_whisper(model, Path(tempfile.gettempdir()) / "a5s-models")
-    engine = WhisperEngine(path, WhisperOptions(device=device))
+    engine = WhisperEngine(path, WhisperOptions(device=device, timestamp_tokens=timestamp_tokens))
     print(f"whisper {model}, CTranslate2 {ctranslate2.__version__} ({engine._model.model.device}, "
           f"{engine._model.model.compute_type}); {len(distinct)} distinct chunks cycled to "
           f"{len(chunks)}, {audio_s:.1f} s of speech; GPU memory {_gpu_memory()}; load {_load()}")
-    cpu = WhisperEngine(path, WhisperOptions(device="cpu", cpu_threads=os.cpu_count() or 1))
+    cpu = WhisperEngine(path, WhisperOptions(device="cpu", cpu_threads=os.cpu_count() or 1,
+                                             timestamp_tokens=timestamp_tokens))
     started = time.perf_counter()
     on_cpu = cpu.transcribe_batch(chunks)
     print(f"CPU int8, one batch, {os.cpu_count()} threads: RTF "
@@ -358,6 +359,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--skip-engine", action="store_true")
     parser.add_argument("--gpu-device", default="cuda",
                         help="device of the GPU section (cpu: a quick check of it without a GPU)")
+    parser.add_argument("--no-timestamp-tokens", action="store_true",
+                        help="GPU section: Whisper decodes with <|notimestamps|> (docs/scaling.md)")
     args = parser.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     print(f"a5s throughput bench: {os.cpu_count()} cores, load {_load()}")
@@ -371,7 +374,8 @@ def main(argv: list[str] | None = None) -> None:
               f"audio, whisper {args.model}, batch size {args.batch_size} ==")
         for workers in (int(w) for w in args.workers.split(",")):
             e2e_run(workers, jobs, args.model, args.timeout, args.batch_size)
-    gpu_section(args.model, args.engine_chunks, args.gpu_device)
+    gpu_section(args.model, args.engine_chunks, args.gpu_device,
+                not args.no_timestamp_tokens)
 
 
 if __name__ == "__main__":

@@ -147,6 +147,7 @@ class Engines:
                     device=layout.device, device_index=m.device_index,
                     compute_type=None if m.compute_type == "auto" else m.compute_type,
                     beam_size=m.beam_size, cpu_threads=layout.threads,
+                    timestamp_tokens=m.timestamp_tokens,
                     **({} if m.fit_window else {"window_pad_frames": None}),
                     workers=layout.workers))
                 log.info("models: whisper %s loaded from %s on %s (%d decodes at once, "

@@ -69,6 +69,11 @@ class ModelSettings(BaseModel):
     """Fit Whisper's encoder window to each chunk (plus 5 s of padding, at least 10 s)
     instead of padding it to 30 s: 1.7x the speed on the eval set's real speech, with the
     same WER within one word in a thousand (``python -m bench.asr [--full-window]``)."""
+    timestamp_tokens: bool = True
+    """Whisper writes timestamp tokens (faster-whisper's way); ``false`` prompts
+    ``<|notimestamps|>`` and times the words by the alignment alone: on a GPU the beam
+    search then costs a fraction per chunk in batches (docs/scaling.md); accuracy measured
+    with ``python -m bench.asr [--no-timestamp-tokens]``."""
     asr_workers: int = Field(0, ge=0)
     """Chunk decodes run at once, each on a model replica of its own (CTranslate2 workers);
     0 chooses by device: one per CPU core (at most 4) on CPU, 1 on CUDA. Measured on 2

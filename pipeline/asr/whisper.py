@@ -75,6 +75,10 @@ class WhisperOptions(BaseModel):
     """Encoder window = the chunk plus this many zero frames (10 ms each); ``None``: 30 s."""
     min_window_frames: int = Field(1000, ge=100, le=3000)
     """The smallest fitted encoder window, 10 ms frames."""
+    timestamp_tokens: bool = True
+    """Decode with timestamp tokens; off, the fitted-window path prompts
+    ``<|notimestamps|>`` (far cheaper beam search on a GPU) and takes the word times from
+    the alignment alone (:mod:`pipeline.asr.whisper_batch`)."""
     snap_word_edges: bool = True
     """Move word edges that the alignment left inside a pause to the sound
     (:mod:`pipeline.asr.word_edges`): the same times whatever the window, batch or CPU."""
@@ -178,7 +182,8 @@ class WhisperEngine:
                 language=o.language, beam_size=o.beam_size,
                 compression_ratio_threshold=o.compression_ratio_threshold,
                 log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold,
-                window_pad_frames=o.window_pad_frames, min_window_frames=o.min_window_frames))
+                window_pad_frames=o.window_pad_frames, min_window_frames=o.min_window_frames,
+                timestamp_tokens=o.timestamp_tokens))
 
     def _words(self, segments: list, audio: np.ndarray, offset: float) -> list[TimedWord]:
         """Words of a chunk's segments, past the hallucination checks, with file times."""

@@ -21,6 +21,19 @@ sequential loop (``WhisperModel.generate_segments`` with
 Every other item gets the segments, words and scores the sequential loop gives.
 Batched and sequential GEMMs may round differently, so a rare word can differ.
 
+With ``timestamp_tokens`` off, the prompt ends in ``<|notimestamps|>``: on a GPU,
+CTranslate2's beam search with timestamp rules costs per step about the square of
+its rows (a chunk in a batch of 32 costs three times its cost alone), and without them
+a ninth of it (docs/scaling.md). The word times come from the alignment either way, so a chunk
+gives one segment whose words carry the times. Nothing then says that Whisper
+stopped before the end of its speech (after a change of speaker it may write the
+first phrase and end-of-text); instead, an item with more than
+:data:`UNFINISHED_S` of loud frames after its last aligned word is handed back as
+``None``, and the sequential loop (with timestamps) decodes it. So is an item whose
+text is one phrase written twice: on a word alone in its window ("four", "press"),
+tiny.en without timestamps wrote it twice in 14 of the eval set's 335 items, where
+with them it closed the segment after the first.
+
 With ``window_pad_frames`` set, the encoder window is fitted to the chunks
 instead of padded to 30 s (see :func:`window_frames`): the single-chunk path of
 :class:`~pipeline.asr.whisper.WhisperEngine` uses this module too, for that.
@@ -35,7 +48,16 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["BatchDecodeOptions", "decode_batch", "window_frames"]
+from ..types import SAMPLE_RATE
+from .word_edges import FRAME_S, loud_frames
+
+__all__ = ["BatchDecodeOptions", "decode_batch", "window_frames", "UNFINISHED_S"]
+
+UNFINISHED_S = 0.5
+"""Loud audio after the last aligned word (past :data:`_WORD_TAIL_S`) that marks a decode
+without timestamps as stopped early, seconds."""
+_WORD_TAIL_S = 0.3
+"""Kept after the last word's aligned end: the alignment may end a word before its sound."""
 
 
 @dataclass(frozen=True)
@@ -51,6 +73,8 @@ class BatchDecodeOptions:
     """Encoder window = the longest chunk plus this many zero frames; ``None``: 30 s."""
     min_window_frames: int = 1000
     """The smallest fitted window, 10 ms frames."""
+    timestamp_tokens: bool = True
+    """Decode with timestamp tokens (faster-whisper's way); off: ``<|notimestamps|>``."""
 
 
 def window_frames(sizes: Sequence[int], opts: BatchDecodeOptions, full: int) -> int:
@@ -130,7 +154,7 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
     window = window_frames(sizes, opts, fe.nb_max_frames)
     windows = [pad_or_trim(f, window) for f in features]
     encoder_output = model.encode(np.stack(windows))
-    prompt = model.get_prompt(tokenizer, [], without_timestamps=False)
+    prompt = model.get_prompt(tokenizer, [], without_timestamps=not opts.timestamp_tokens)
     results = model.model.generate(
         encoder_output, [list(prompt) for _ in audios], beam_size=opts.beam_size, patience=1,
         length_penalty=1, repetition_penalty=1, no_repeat_ngram_size=0,
@@ -166,11 +190,14 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
         WhisperModel.add_word_timestamps(_Aligned(model.frames_per_second, alignments[i]),
                                          [segments], tokenizer, None, sizes[i], prepend, append,
                                          0.0)
-        if not single_ending:
+        if not opts.timestamp_tokens:
+            if _unfinished(audios[i], get_end(segments) or 0.0) or _doubled(segments):
+                continue  # None: stopped before the end of the speech, or looped
+        elif not single_ending:
             last_word_end = get_end(segments)
             if last_word_end is not None and last_word_end > 0:
                 seek = round(last_word_end * model.frames_per_second)
-        if seek < sizes[i]:
+        if opts.timestamp_tokens and seek < sizes[i]:
             continue  # None: the sequential loop would decode a second window
         kept = []
         for s in segments:
@@ -184,6 +211,23 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
                 words=[Word(**w) for w in s["words"]]))
         out[i] = kept
     return out
+
+
+def _unfinished(audio: np.ndarray, last_word_end: float) -> bool:
+    """More than :data:`UNFINISHED_S` of loud frames after the last word (all frames count
+    as loud in a chunk without a clear pause)."""
+    loud = loud_frames(audio, SAMPLE_RATE)
+    start = int(round((last_word_end + _WORD_TAIL_S) / FRAME_S))
+    n = audio.size // int(SAMPLE_RATE * FRAME_S)
+    tail = loud[start:] if loud is not None else np.ones(max(0, n - start), dtype=bool)
+    return float(np.count_nonzero(tail)) * FRAME_S > UNFINISHED_S
+
+
+def _doubled(segments: list[dict[str, Any]]) -> bool:
+    """The words are one phrase written twice in a row."""
+    words = [w["word"].strip(" .,!?").lower() for s in segments for w in s["words"]]
+    half = len(words) // 2
+    return half > 0 and len(words) == 2 * half and words[:half] == words[half:]
 
 
 def _align(model: Any, tokenizer: Any, encoder_output: Any,

@@ -208,3 +208,65 @@ def test_one_item_of_a_batched_storage_is_viewed_in_place() -> None:
         assert np.shares_memory(np.asarray(view), np.asarray(storage))
     with pytest.raises(ValueError):
         _Row(storage, 3)
+
+
+@pytest.fixture(scope="module")
+def whisper_tiny_untimed(model_cache: Path) -> WhisperEngine:
+    return WhisperEngine(resolve_whisper("tiny.en", model_cache),
+                         WhisperOptions(cpu_threads=2, timestamp_tokens=False))
+
+
+def test_without_timestamp_tokens_the_words_are_the_same(whisper_tiny: WhisperEngine,
+                                                         whisper_tiny_untimed: WhisperEngine,
+                                                         transcribe_file) -> None:
+    """``<|notimestamps|>``: the same words on speech, times from the alignment alone.
+
+    Across a pause the one segment's alignment may stretch a word's end into the pause
+    (jfk's "you" before the second "ask": 7.59 s with timestamps, 8.26 s without), so
+    starts are compared, and the onset after jfk's first pause against the signal.
+    """
+    for path in (JFK, EVAL / "real" / "pocketsphinx" / "goforward.wav"):
+        timed = transcribe_file(path, whisper_tiny)
+        untimed = transcribe_file(path, whisper_tiny_untimed)
+        assert [w.text for w in untimed] == [w.text for w in timed], path.name
+        assert max(start_errors(untimed, timed)) <= 0.2, path.name
+    ask = next(w for w in transcribe_file(JFK, whisper_tiny_untimed) if w.text == "ask")
+    assert abs(ask.start - JFK_ASK_ONSET) <= 0.1, ask
+    assert whisper_tiny_untimed.batch_fallbacks == 0
+
+
+@pytest.mark.parametrize("name", NON_SPEECH)
+def test_without_timestamp_tokens_non_speech_gives_no_words(
+        name: str, whisper_tiny_untimed: WhisperEngine, tmp_path: Path) -> None:
+    pcm = tmp_path / "x.pcm"
+    with pcm.open("wb") as out:
+        decode_to_pcm(SIGNAL / name, out)
+    assert whisper_tiny_untimed.transcribe(read_pcm(pcm), 0.0) == []
+
+
+def test_speech_after_the_last_word_marks_an_early_stop(tmp_path: Path) -> None:
+    """A decode without timestamps that ended at jfk's "americans" (2.15 s) left 8 s of
+    speech: handed back; one that reached "country" (10.6 s) did not."""
+    from pipeline.asr.whisper_batch import _unfinished
+
+    pcm = tmp_path / "jfk.pcm"
+    with pcm.open("wb") as out:
+        decode_to_pcm(JFK, out)
+    audio = read_pcm(pcm)
+    assert _unfinished(audio, 2.15)
+    assert _unfinished(audio, 0.0)
+    assert not _unfinished(audio, 10.6)
+
+
+def test_a_phrase_written_twice_is_a_loop() -> None:
+    """tiny.en without timestamps wrote asterisk's "four" as "Four. Four."."""
+    from pipeline.asr.whisper_batch import _doubled
+
+    def segment(*words: str) -> list[dict]:
+        return [{"words": [{"word": w} for w in words]}]
+
+    assert _doubled(segment(" Four.", " Four."))
+    assert _doubled(segment(" press", " one", " Press", " one."))
+    assert not _doubled(segment(" Four."))
+    assert not _doubled(segment(" press", " one", " press", " two"))
+    assert not _doubled([])

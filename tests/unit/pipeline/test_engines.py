@@ -37,3 +37,19 @@ def test_engines_import_what_their_threads_need_before_any_thread_starts(tmp_pat
     seen = json.loads(out.stdout.strip().splitlines()[-1])
     assert seen["threads"] == 1, "a pool thread started before the imports were done"
     assert seen["imported"] == wanted
+
+
+def test_timestamp_tokens_setting_reaches_the_whisper_engine(tmp_path: Path) -> None:
+    """``A5S_MODELS__TIMESTAMP_TOKENS=false`` turns Whisper's timestamp tokens off; on by
+    default."""
+    probe = ("import sys; from pathlib import Path; from pipeline.engines import Engines; "
+             "from schemas.settings import Settings; "
+             "e = Engines(Settings(data_dir=Path(sys.argv[1]))); "
+             "print(e.asr.opts.timestamp_tokens); e.close()")
+    for env, expected in (({}, "True"), ({"A5S_MODELS__TIMESTAMP_TOKENS": "false"}, "False")):
+        out = subprocess.run([sys.executable, "-c", probe, str(tmp_path)], cwd=ROOT,
+                             env={**os.environ, "PYTHONPATH": str(ROOT),
+                                  "A5S_MODELS__WHISPER": "tiny.en", **env},
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.strip().splitlines()[-1] == expected
