@@ -29,14 +29,19 @@ from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer", "CUDA_BATCH"]
+__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer", "CUDA_BATCH",
+           "CUDA_BATCH_WITH_TIMESTAMPS"]
 
 log = logging.getLogger(__name__)
 
-CUDA_BATCH = 4
-"""Chunks per Whisper call on a GPU by default: beam search with timestamp tokens costs
-CTranslate2 more per step the more rows it carries (batch x beam), so past 4 chunks a
-batch is slower per chunk than 4 (docs/scaling.md, "Measured on one H100")."""
+CUDA_BATCH = 16
+"""Chunks per Whisper call on a GPU by default, where Whisper writes no timestamp tokens
+(the CUDA default): base decoded at RTF 0.0048 in batches of 16 on an H100 against 0.0067
+in batches of 4 (docs/scaling.md, "Measured on one H100")."""
+CUDA_BATCH_WITH_TIMESTAMPS = 4
+"""The same where timestamp tokens are on: CTranslate2's beam search then costs more per
+step the more rows it carries (batch x beam), so past 4 chunks a batch is slower per
+chunk."""
 
 
 @dataclass(frozen=True)
@@ -52,19 +57,23 @@ class AsrLayout:
     """Chunks per decode call."""
     stage_workers: int = 1
     """Decode, VAD and diarization calls at once (the ``models`` pool's threads)."""
+    timestamp_tokens: bool = True
+    """Whisper writes timestamp tokens (see ``ModelSettings.timestamp_tokens``)."""
 
     @classmethod
     def of(cls, m: ModelSettings, cores: int | None = None) -> "AsrLayout":
         from .asr.base import resolve_device
         device = resolve_device(m.device)
         cores = cores or len(os.sched_getaffinity(0))
+        timestamps = m.timestamp_tokens if m.timestamp_tokens is not None else device != "cuda"
         if device == "cuda":
             workers = m.asr_workers or 1
-            return cls(device, workers, m.cpu_threads or 1, m.batch_size or CUDA_BATCH,
-                       m.stage_workers or workers)
+            batch = CUDA_BATCH_WITH_TIMESTAMPS if timestamps else CUDA_BATCH
+            return cls(device, workers, m.cpu_threads or 1, m.batch_size or batch,
+                       m.stage_workers or workers, timestamps)
         workers = m.asr_workers or max(1, min(4, cores))
         return cls(device, workers, m.cpu_threads or max(1, cores // workers),
-                   m.batch_size or 1, m.stage_workers or workers)
+                   m.batch_size or 1, m.stage_workers or workers, timestamps)
 
 
 def load_zipformer(m: ModelSettings, layout: AsrLayout) -> Any:
@@ -147,7 +156,7 @@ class Engines:
                     device=layout.device, device_index=m.device_index,
                     compute_type=None if m.compute_type == "auto" else m.compute_type,
                     beam_size=m.beam_size, cpu_threads=layout.threads,
-                    timestamp_tokens=m.timestamp_tokens,
+                    timestamp_tokens=layout.timestamp_tokens,
                     **({} if m.fit_window else {"window_pad_frames": None}),
                     workers=layout.workers))
                 log.info("models: whisper %s loaded from %s on %s (%d decodes at once, "

@@ -279,9 +279,14 @@ def test_default_layout_follows_the_device_and_the_cores() -> None:
     assert AsrLayout.of(forced, cores=2) == AsrLayout("cpu", workers=1, threads=2, batch_size=8,
                                                       stage_workers=1)
     assert AsrLayout.of(ModelSettings(device="cpu", stage_workers=3), cores=2).stage_workers == 3
-    # on a GPU: one replica, and batches of 4 (larger beam-search batches cost more a chunk)
+    assert AsrLayout.of(cpu, cores=2).timestamp_tokens  # the CPU keeps Whisper's timestamps
+    # on a GPU: one replica; no timestamp tokens, in batches of 16; with them, batches of 4
+    # (larger beam-search batches with timestamps cost more a chunk)
     assert AsrLayout.of(ModelSettings(device="cuda"), cores=16) == AsrLayout(
-        "cuda", workers=1, threads=1, batch_size=4, stage_workers=1)
+        "cuda", workers=1, threads=1, batch_size=16, stage_workers=1, timestamp_tokens=False)
+    assert AsrLayout.of(ModelSettings(device="cuda", timestamp_tokens=True), cores=16) == (
+        AsrLayout("cuda", workers=1, threads=1, batch_size=4, stage_workers=1))
+    assert not AsrLayout.of(ModelSettings(device="cpu", timestamp_tokens=False)).timestamp_tokens
 
 
 async def test_engines_decode_two_jobs_on_two_replicas(tmp_path: Path, model_cache: Path) -> None:

@@ -76,7 +76,8 @@ def test_engines_auto_settings_load_whisper_on_cuda(tmp_path: Path) -> None:
     engines = Engines(Settings(data_dir=tmp_path,  # type: ignore[call-arg]
                                models=ModelSettings(device="auto")))
     try:
-        assert engines.batch_size == CUDA_BATCH == 4  # the default batches on a GPU
+        assert engines.batch_size == CUDA_BATCH == 16  # the default batches on a GPU
+        assert not engines.asr.opts.timestamp_tokens  # ... without timestamp tokens
         assert engines.asr.device == "cuda"
         assert engines.asr._model.model.compute_type == "float16"
     finally:
