@@ -204,12 +204,12 @@ class Transcripts:
                 stamp = None
         # A live-only state is stored in ClickHouse as the one before it: a filter on
         # either reads both, and keeps what the overlay says (pages until one is full).
-        wanted = _WAITING if status in _WAITING else status
+        wanted, size = (_WAITING, max(limit, 100)) if status in _WAITING else (status, limit)
         out: list[TranscriptRow] = []
         while True:
-            rows = await self._page(account_id, stamp, limit, wanted, before)
+            rows = await self._page(account_id, stamp, size, wanted, before)
             out += [r for r in await self._overlay(rows) if status is None or r.status == status]
-            if len(out) >= limit or len(rows) < limit:
+            if len(out) >= limit or len(rows) < size:
                 return out[:limit]
             before = rows[-1].id
 
