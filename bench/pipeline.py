@@ -325,9 +325,15 @@ def main(argv: list[str] | None = None) -> None:
         cpu_before = stack_cpu(run_dir) if run_dir else {}
         own_before = time.process_time()
         service_pid = pid_of(run_dir, "service") if run_dir else None
+        counters_before = service_counters(base_url)
+        threads_before = thread_cpu(service_pid) if service_pid else {}
         with Demand(service_pid or os.getpid()) as demand:
             at = time.time()
             jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
+        counters = {k: v - counters_before.get(k, 0.0)
+                    for k, v in service_counters(base_url).items()}
+        threads = ({k: v - threads_before.get(k, 0.0)
+                    for k, v in thread_cpu(service_pid).items()} if service_pid else {})
         unwanted = (unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)[0]
                     if service_pid else None)
         cpu_after = stack_cpu(run_dir) if run_dir else {}
@@ -351,6 +357,16 @@ def main(argv: list[str] | None = None) -> None:
         print("CPU time during the service run (the stack's processes, and this one: "
               "submitting, polling, serving the audio): " + ", ".join(
                   f"{name} {seconds:.1f} s" for name, seconds in cpu_used.items()))
+    if counters and jobs:
+        n = len(jobs)
+        print(f"ClickHouse per job: {counters.get('insert', 0) / n:.2f} inserts, "
+              f"{counters.get('query', 0) / n:.2f} queries, "
+              f"{counters.get('cpu', 0) / n * 1000:.1f} ms of its thread's CPU")
+    if threads and jobs:
+        top = sorted(threads.items(), key=lambda kv: -kv[1])
+        print("service CPU per thread group, ms per job: " + ", ".join(
+            f"{name} {seconds / len(jobs) * 1000:.0f}" for name, seconds in top
+            if seconds / len(jobs) >= 0.0005))
     if cpu_used and bare_s is not None:
         beyond = sum(cpu_used.values()) - bare_cpu
         print(f"CPU beyond the models: {beyond:.1f} s (all of the above less the bare run's "
@@ -367,6 +383,39 @@ def main(argv: list[str] | None = None) -> None:
         bare = f"{bare_each[path]:5.1f} s" if path in bare_each else "    -"
         print(f"  {durations.get(path, 0.0):5.1f} s of audio: service {seconds:5.1f} s, "
               f"bare model {bare}  {path}")
+
+
+def service_counters(base_url: str) -> dict[str, float]:
+    """The service's ClickHouse counters from ``GET /metrics``: inserts, queries, and the
+    CPU seconds of its ClickHouse thread (empty where the service does not export them)."""
+    try:
+        text = httpx.get(base_url.rstrip("/") + "/metrics", timeout=30).text
+    except httpx.HTTPError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith('a5s_clickhouse_statements_total{kind="'):
+            kind = line.split('"')[1]
+            out[kind] = float(line.rsplit(" ", 1)[1])
+        elif line.startswith("a5s_clickhouse_cpu_seconds_total"):
+            out["cpu"] = float(line.rsplit(" ", 1)[1])
+    return out
+
+
+def thread_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of ``pid`` so far, summed by thread name
+    with its trailing digits and separators dropped (``asr_0`` and ``asr_1``: ``asr``)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    out: dict[str, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            raw = (task / "stat").read_text()
+        except OSError:
+            continue
+        name = raw[raw.index("(") + 1:raw.rindex(")")].rstrip("0123456789_-:.") or "?"
+        fields = raw[raw.rindex(")") + 2:].split()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
 
 
 def _warm(base_url: str, key: str, url: str) -> None:

@@ -8,9 +8,10 @@ told otherwise. Where the API listener is public, keep ``/metrics`` off the publ
 proxy (see ``docs/client.md``, "Metrics").
 
 The queue depth is an honest approximation: Kafka consumer lag per topic would need
-the broker's group offsets, so ``a5s_jobs_in_state{state}`` counts the jobs ClickHouse
-holds as ``queued`` (waiting for one of the account's slots) and ``processing`` (in the
-stages), read at scrape time.
+the broker's group offsets, so ``a5s_jobs_in_state{state}`` counts the jobs that are
+``queued`` (waiting for one of the account's slots) and ``processing`` (in the stages),
+read at scrape time from ClickHouse's waiting rows and the read model's live ones
+(``Transcripts.in_state``).
 """
 
 from __future__ import annotations
@@ -19,15 +20,13 @@ import logging
 
 from schemas.errors import A5sError
 from stores.metrics import negotiate
+from stores.transcripts import Transcripts
 
 from .base import BaseHandler
 
-__all__ = ["MetricsHandler", "JOBS_IN_STATE_SQL"]
+__all__ = ["MetricsHandler"]
 
 log = logging.getLogger("a5s.gateway")
-
-JOBS_IN_STATE_SQL = ("SELECT status, count() AS n FROM {db}.transcripts FINAL "
-                     "WHERE deleted = 0 AND status IN ('queued', 'processing') GROUP BY status")
 
 
 class MetricsHandler(BaseHandler):
@@ -36,11 +35,10 @@ class MetricsHandler(BaseHandler):
     async def get(self) -> None:
         metrics = self.ctx.metrics
         try:
-            rows = await self.ctx.ch.query(JOBS_IN_STATE_SQL)
+            counts = await Transcripts(self.ctx.ch, self.ctx.redis).in_state()
         except A5sError as exc:  # the rest of the registry is still worth serving
             log.warning("metrics: jobs in state unavailable: %s", exc.log or exc)
         else:
-            counts = {r["status"]: int(r["n"]) for r in rows}
             for state in ("queued", "processing"):
                 metrics.jobs_in_state.labels(state).set(counts.get(state, 0))
         content_type = negotiate(self.request.headers.get("Accept"))

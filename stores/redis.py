@@ -13,7 +13,7 @@ import contextlib
 import json
 import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -98,15 +98,47 @@ local current = tonumber(redis.call('HGET', KEYS[1], 'version') or '-1')
 if tonumber(ARGV[1]) <= current then return 0 end
 redis.call('HSET', KEYS[1], 'version', ARGV[1], 'row', ARGV[2], 'deleted', ARGV[4])
 if ARGV[4] == '1' then redis.call('HDEL', KEYS[1], 'result') end
+if tonumber(ARGV[1]) >= tonumber(redis.call('HGET', KEYS[1], 'live_version') or '-1') then
+  redis.call('HDEL', KEYS[1], 'live', 'live_version') end
 redis.call('PEXPIRE', KEYS[1], ARGV[3])
 return 1
 """
-# ARGV: 1 to return the result too. Nothing unless the entry is whole and settled.
+# A row version kept in the read model only (``Transcripts.change`` to ``processing``),
+# stored as `live` beside the entry's row while it is newer. ARGV: version, row JSON, ttl
+# ms. 0: no whole entry of this server run to add it to (the caller writes ClickHouse
+# instead); 1: stored, or an equal or newer version is already there.
+_ROW_LIVE = _RUN + """
+local v = redis.call('HMGET', KEYS[1], 'run', 'row', 'version', 'live_version')
+if v[1] ~= run or not v[2] then return 0 end
+local version = tonumber(ARGV[1])
+if version <= tonumber(v[3] or '-1') or version <= tonumber(v[4] or '-1') then return 1 end
+redis.call('HSET', KEYS[1], 'live', ARGV[2], 'live_version', ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
+"""
+# The live rows of many entries (false where there is none from this server run).
+_ROWS_LIVE = _RUN + """
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'run', 'live')
+  if v[1] == run and v[2] then out[i] = v[2] else out[i] = false end
+end
+return out
+"""
+# ARGV: 1 to return the result too. {row, result or ''} when the entry is whole and
+# settled (its live row, if any, is the row); {false, false, live} while it is not but
+# holds a live row (ClickHouse answers, and the live row is newer than its rows may be);
+# else nothing.
 _ROW_GET = _RUN + """
-local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'row', 'result')
-if v[1] ~= run or not v[3] or tonumber(v[2] or '1') ~= 0 then return false end
-if ARGV[1] == '1' and v[4] then return {v[3], v[4]} end
-return {v[3]}
+local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'row', 'result', 'live')
+if v[1] ~= run then return false end
+if not v[3] or tonumber(v[2] or '1') ~= 0 then
+  if v[5] then return {'', '', v[5]} end
+  return false
+end
+local row = v[5] or v[3]
+if ARGV[1] == '1' and v[4] then return {row, v[4]} end
+return {row, ''}
 """
 # The stamp of a settled list (made for this server run if missing), or nothing while a
 # writer is between its ClickHouse write and its end.
@@ -166,6 +198,8 @@ class RedisStore:
         self._row_end = self.client.register_script(_ROW_END)
         self._row_get = self.client.register_script(_ROW_GET)
         self._row_result = self.client.register_script(_ROW_RESULT)
+        self._row_live = self.client.register_script(_ROW_LIVE)
+        self._rows_live = self.client.register_script(_ROWS_LIVE)
         self._lists_begin = self.client.register_script(_LISTS_BEGIN)
         self._lists_end = self.client.register_script(_LISTS_END)
         self._list_stamp = self.client.register_script(_LIST_STAMP)
@@ -299,15 +333,37 @@ class RedisStore:
             found = await self._list_stamp(keys=[self.k(*TRANSCRIPT_LIST.key(account_id))])
         return found or None
 
-    async def row_get(self, transcript_id: str, *,
-                      with_result: bool = False) -> tuple[str, str | None] | None:
-        """(row JSON, result JSON or None) when the entry may answer; None: ask ClickHouse."""
+    async def row_get(self, transcript_id: str, *, with_result: bool = False,
+                      ) -> tuple[str | None, str | None, str | None] | None:
+        """(row JSON, result JSON or None, None) when the entry may answer; (None, None,
+        live row JSON) when ClickHouse must answer but a live row (:meth:`row_live`) is
+        newer than what it may hold; None: ask ClickHouse."""
         async with map_redis_errors():
             found = await self._row_get(keys=[self.k(*TRANSCRIPT.key(transcript_id))],
                                         args=[1 if with_result else 0])
         if not found:
             return None
-        return found[0], (found[1] if len(found) > 1 else None)
+        if len(found) > 2:
+            return None, None, found[2]
+        return found[0], (found[1] or None), None
+
+    async def row_live(self, transcript_id: str, version: int, row_json: str,
+                       ttl_s: float) -> bool:
+        """Keep a row version in the read model only, where it answers reads (and
+        overlays list pages) until a row written to ClickHouse replaces it. False when
+        there is no entry of this server run to keep it in: write it the usual way."""
+        async with map_redis_errors():
+            return bool(await self._row_live(keys=[self.k(*TRANSCRIPT.key(transcript_id))],
+                                             args=[version, row_json, int(ttl_s * 1000)]))
+
+    async def rows_live(self, transcript_ids: Sequence[str]) -> list[str | None]:
+        """The live rows (JSON, or None) of many entries, in one call."""
+        if not transcript_ids:
+            return []
+        async with map_redis_errors():
+            found = await self._rows_live(keys=[self.k(*TRANSCRIPT.key(t))
+                                                for t in transcript_ids])
+        return [f or None for f in found]
 
     async def row_result(self, transcript_id: str, result_json: str) -> None:
         """After the result is stored in ClickHouse: keep a copy beside the row."""

@@ -10,6 +10,13 @@ and the client's ``GET`` cost a Redis call instead of a ClickHouse query. ClickH
 stays the record: an entry that is missing, expired, mid-write or older than the
 Redis server's restart is not used, and the read goes to ClickHouse. Entries live
 ``LIVE_TTL_S`` while a job waits or runs and ``DONE_TTL_S`` once it has ended.
+
+One row version is kept in Redis only: ``processing`` (``LIVE_ONLY``), a short-lived
+state between two ClickHouse rows (``queued`` and the outcome) that no guarantee rests
+on: the accounts agent's ledger, not the row, says which jobs run. It answers ``get``
+and overlays list pages (``_overlay``) until the outcome's row replaces it; without an
+entry to keep it in (Redis restarted or unreachable) it is written to ClickHouse as
+before. Lost with a Redis restart, the job shows ``queued`` until its outcome.
 """
 
 from __future__ import annotations
@@ -44,6 +51,9 @@ bound on staleness should a writer fail between its ClickHouse write and the sta
 LIST_ROWS_MAX = 10_000
 """Rows of the list pages kept per process, all pages together (the oldest go first)."""
 _FINAL = ("completed", "error", "deleted")
+LIVE_ONLY = frozenset({"processing"})
+"""Row states kept in the read model only while it has the job's entry."""
+_WAITING = ("queued", "processing")
 
 
 class Transcripts:
@@ -51,7 +61,7 @@ class Transcripts:
                  ) -> None:
         self.ch = ch
         self.redis = redis
-        self._pages: dict[tuple[str, int, str | None, str | None],
+        self._pages: dict[tuple[str, int, Any, str | None],
                           tuple[str, float, tuple[TranscriptRow, ...]]] = {}
         """List pages by (account, limit, status, before): (list stamp, when, rows)."""
         self._page_rows = 0
@@ -67,21 +77,77 @@ class Transcripts:
         await self.redis.row_end(row.id, row.version, row.model_dump_json(), ttl,
                                  bool(row.deleted), row.account_id)
 
+    async def _store_live(self, row: TranscriptRow) -> None:
+        """A ``LIVE_ONLY`` row version: to the read model alone where it has the job's
+        entry, else the way of every other version."""
+        if self.redis is not None:
+            try:
+                if await self.redis.row_live(row.id, row.version, row.model_dump_json(),
+                                             LIVE_TTL_S):
+                    return
+            except A5sError:
+                pass
+        await self._store(row)
+
     async def _cached(self, transcript_id: str, account_id: str | None, *,
                       with_result: bool = False,
                       ) -> tuple[TranscriptRow | None, TranscriptResult | None] | None:
         """The read model's answer: None where ClickHouse must answer, else (the row, or
         None for another account's id, which is not found either way; the result)."""
-        if self.redis is None:
-            return None
-        found = await self.redis.row_get(transcript_id, with_result=with_result)
-        if found is None:
+        found = await self._entry(transcript_id, with_result=with_result)
+        if found is None or found[0] is None:
             return None
         row = TranscriptRow.model_validate_json(found[0])
         if account_id is not None and row.account_id != account_id:
             return None, None
         result = TranscriptResult.model_validate_json(found[1]) if found[1] else None
         return row, result
+
+    async def _entry(self, transcript_id: str, *, with_result: bool = False,
+                     ) -> tuple[str | None, str | None, str | None] | None:
+        if self.redis is None:
+            return None
+        return await self.redis.row_get(transcript_id, with_result=with_result)
+
+    async def _read(self, transcript_id: str, account_id: str | None, *,
+                    with_result: bool = False,
+                    ) -> tuple[TranscriptRow | None, TranscriptResult | None, bool]:
+        """(row or None, cached result or None, whether the read model answered); the
+        deleted are included. Where ClickHouse answers, a live row newer than its row
+        (an entry mid-write) is the answer."""
+        found = await self._entry(transcript_id, with_result=with_result)
+        if found is not None and found[0] is not None:
+            row = TranscriptRow.model_validate_json(found[0])
+            if account_id is not None and row.account_id != account_id:
+                return None, None, True
+            result = TranscriptResult.model_validate_json(found[1]) if found[1] else None
+            return row, result, True
+        stored = await self._get_stored(transcript_id, account_id, include_deleted=True)
+        if found is not None and found[2] is not None and stored is not None:
+            live = TranscriptRow.model_validate_json(found[2])
+            if live.version > stored.version:
+                stored = live
+        return stored, None, False
+
+    async def _overlay(self, rows: list[TranscriptRow]) -> list[TranscriptRow]:
+        """Rows read from ClickHouse with the newer live rows of the read model in place
+        (one Redis call; Redis unreachable, ClickHouse's rows)."""
+        if self.redis is None:
+            return rows
+        behind = [i for i, r in enumerate(rows) if r.status == "queued"]
+        if not behind:
+            return rows
+        try:
+            lives = await self.redis.rows_live([rows[i].id for i in behind])
+        except A5sError:
+            return rows
+        out = list(rows)
+        for i, live_json in zip(behind, lives, strict=True):
+            if live_json is not None:
+                live = TranscriptRow.model_validate_json(live_json)
+                if live.version > out[i].version and live.account_id == out[i].account_id:
+                    out[i] = live
+        return out
 
     async def insert(self, row: TranscriptRow) -> None:
         row = row.model_copy(update={"version": version_for(row.status, row.created_at)})
@@ -95,12 +161,8 @@ class Transcripts:
         ``(account_id, id)``, so with it the lookup reads only that key's range;
         without it, every transcript of every account is read and merged (``FINAL``).
         """
-        cached = await self._cached(transcript_id, account_id)
-        if cached is not None:
-            row = cached[0]
-            return row if row is not None and (include_deleted or not row.deleted) else None
-        return await self._get_stored(transcript_id, account_id,
-                                      include_deleted=include_deleted)
+        row = (await self._read(transcript_id, account_id))[0]
+        return row if row is not None and (include_deleted or not row.deleted) else None
 
     async def _get_stored(self, transcript_id: str, account_id: str | None = None,
                           *, include_deleted: bool = False) -> TranscriptRow | None:
@@ -140,6 +202,21 @@ class Transcripts:
                 stamp = await self.redis.list_stamp(account_id)
             except A5sError:
                 stamp = None
+        # A live-only state is stored in ClickHouse as the one before it: a filter on
+        # either reads both, and keeps what the overlay says (pages until one is full).
+        wanted, size = (_WAITING, max(limit, 100)) if status in _WAITING else (status, limit)
+        out: list[TranscriptRow] = []
+        while True:
+            rows = await self._page(account_id, stamp, size, wanted, before)
+            out += [r for r in await self._overlay(rows) if status is None or r.status == status]
+            if len(out) >= limit or len(rows) < size:
+                return out[:limit]
+            before = rows[-1].id
+
+    async def _page(self, account_id: str, stamp: str | None, limit: int,
+                    status: str | tuple[str, ...] | None, before: str | None,
+                    ) -> list[TranscriptRow]:
+        """ClickHouse's page, or the one kept under the same list stamp."""
         key = (account_id, limit, status, before)
         if stamp is not None:
             kept = self._pages.get(key)
@@ -151,7 +228,7 @@ class Transcripts:
             self._keep_page(key, stamp, rows)
         return rows
 
-    def _keep_page(self, key: tuple[str, int, str | None, str | None], stamp: str,
+    def _keep_page(self, key: tuple[str, int, Any, str | None], stamp: str,
                    rows: list[TranscriptRow]) -> None:
         old = self._pages.pop(key, None)
         self._page_rows += len(rows) - (len(old[2]) if old else 0)
@@ -159,12 +236,16 @@ class Transcripts:
         while self._page_rows > LIST_ROWS_MAX:
             self._page_rows -= len(self._pages.pop(next(iter(self._pages)))[2])
 
-    async def _list_stored(self, account_id: str, *, limit: int, status: str | None = None,
+    async def _list_stored(self, account_id: str, *, limit: int,
+                           status: str | tuple[str, ...] | None = None,
                            before: str | None = None) -> list[TranscriptRow]:
         sql = ("SELECT * FROM {db}.transcripts FINAL WHERE account_id = {a:String} "
                "AND deleted = 0")
         params: dict[str, Any] = {"a": account_id, "n": limit}
-        if status:
+        if isinstance(status, tuple):
+            sql += " AND status IN {s:Array(String)}"
+            params["s"] = list(status)
+        elif status:
             sql += " AND status = {s:String}"
             params["s"] = status
         if before:
@@ -202,7 +283,7 @@ class Transcripts:
             update |= _EMPTIED
         new = row.model_copy(update=update)
         new.version = _next_version(row, status, at)
-        await self._store(new)
+        await (self._store_live(new) if status in LIVE_ONLY else self._store(new))
         if status == "deleted":
             await self.purge_versions(row.account_id, row.id)
         return new
@@ -236,6 +317,17 @@ class Transcripts:
             {"t": created_before, "n": limit})
         return [TranscriptRow.model_validate(r) for r in rows]
 
+    async def in_state(self) -> dict[str, int]:
+        """How many jobs wait (``queued``) and run (``processing``), all accounts: the
+        waiting rows of ClickHouse, each with its live row in place."""
+        rows = await self.ch.query(
+            "SELECT * FROM {db}.transcripts FINAL WHERE deleted = 0 "
+            "AND status IN ('queued', 'processing')")
+        counts = dict.fromkeys(_WAITING, 0)
+        for row in await self._overlay([TranscriptRow.model_validate(r) for r in rows]):
+            counts[row.status] = counts.get(row.status, 0) + 1
+        return counts
+
     async def unpurged(self, limit: int = 500) -> list[tuple[str, str]]:
         """(account_id, id) of deleted transcripts whose earlier versions are still stored."""
         rows = await self.ch.query(
@@ -264,22 +356,13 @@ class Transcripts:
                               ) -> tuple[TranscriptRow, TranscriptResult | None] | None:
         """The current row (not deleted) and, once completed, its result: one Redis call
         for a live job, else two ClickHouse reads."""
-        cached = await self._cached(transcript_id, account_id, with_result=True)
-        if cached is not None:
-            row, result = cached
-            if row is None or row.deleted:
-                return None
-            if row.status != "completed":
-                return row, None
-            if result is not None:
-                return row, result
-        else:
-            found = await self._get_stored(transcript_id, account_id)
-            if found is None:
-                return None
-            row = found
+        row, result, _ = await self._read(transcript_id, account_id, with_result=True)
+        if row is None or row.deleted:
+            return None
         if row.status != "completed":
             return row, None
+        if result is not None:
+            return row, result
         return row, await self._stored_result(row.id, account_id)
 
     async def result(self, transcript_id: str, account_id: str) -> TranscriptResult | None:

@@ -63,7 +63,8 @@ ACCOUNT_CACHE = RedisKey("account", ("account_id",), "json", "cached account row
 KEY_CACHE = RedisKey("key", ("key_hash",), "json", "cached API-key lookups")
 TRANSCRIPT = RedisKey("transcript", ("transcript_id",), "hash",
                       "read model of a live transcript: its current row and result, written "
-                      "after ClickHouse by every row writer (docs/job-path.md)")
+                      "after ClickHouse by every row writer, and its processing row, kept "
+                      "here only (docs/job-path.md)")
 
 TRANSCRIPT_LIST = RedisKey("transcripts", ("account_id",), "hash",
                            "stamp of an account's transcript list: bumped after ClickHouse by "

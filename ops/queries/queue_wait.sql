@@ -1,5 +1,8 @@
 -- Queue wait per hour of creation: how long jobs waited for a processing slot (seconds),
--- and how many jobs are still waiting or running from that hour.
+-- and how many jobs are still waiting or running from that hour. A running job's row stays
+-- 'queued' here until its outcome (the 'processing' state lives in the API's read model,
+-- docs/job-path.md): still_queued counts both, still_processing only the rare rows written
+-- while that model had no entry; wait_* come from the finished rows' started_at.
 -- Parameters: {from:DateTime64(3)}, {to:DateTime64(3)}.
 SELECT
     toStartOfHour(created_at) AS hour,

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ops.embedded import wait_port
+from schemas.errors import InternalError
 from stores.objects import FileStore, ObjectMissing, S3Store
 from ops.stack import free_port
 
@@ -84,6 +85,19 @@ async def test_file_store_under_a_symlinked_root(tmp_path: Path) -> None:
 async def test_file_store_refuses_escaping_keys(fs: FileStore) -> None:
     with pytest.raises(Exception):
         await fs.put_bytes("../outside", b"x")
+
+
+async def test_file_store_checks_every_key_without_resolving_it(fs: FileStore) -> None:
+    """Every way out of the root is refused by the key's text; keys below it are served."""
+    for key in ("/etc/passwd", "jobs/../../outside", "jobs/tr_1/..", "..", "jobs/./x",
+                "jobs//x", "jobs\\..\\x", "jobs/x\0"):
+        with pytest.raises(InternalError):
+            fs.path(key)
+        with pytest.raises(InternalError):
+            await fs.put_bytes(key, b"x")
+    assert fs.path("jobs/tr_1/spec.json") == fs.root / "jobs" / "tr_1" / "spec.json"
+    assert fs.path("jobs/tr_1/") == fs.root / "jobs" / "tr_1"
+    assert not any(p.is_file() for p in fs.root.parent.rglob("*"))
 
 
 async def test_file_store_write_is_atomic(fs: FileStore) -> None:

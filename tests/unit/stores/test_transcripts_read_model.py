@@ -157,6 +157,62 @@ async def main():
 asyncio.run(main())
 """
 
+LIVE = _PRELUDE + """
+async def main():
+    ch, redis, t = await stores()
+    plain = T.Transcripts(ch)  # ClickHouse only
+    now = datetime.now(UTC)
+    def page(rows):
+        return [[r.id, r.status] for r in rows]
+    async def listed(name, **kw):
+        rows, q = await counted(ch, t.list("acct_1", limit=kw.pop("limit", 10), **kw))
+        seen(name, [page(rows), q])
+    for tid in ("tr_1", "tr_2"):
+        await t.insert(TranscriptRow(id=tid, account_id="acct_1", key_id="k", created_at=now,
+                                     status="queued"))
+    await listed("first")
+    inserts = ch.inserts
+    started = now + timedelta(seconds=1)
+    await t.change("tr_1", "processing", started, account_id="acct_1")
+    row, q = await counted(ch, t.get("tr_1", "acct_1"))
+    seen("processing", [brief(row), q, ch.inserts - inserts,
+                        brief(await plain.get("tr_1", "acct_1"))])
+    # The list shows it at once, without its ClickHouse row; each filter too.
+    await listed("list")
+    await listed("only_processing", status="processing")
+    await listed("only_queued", status="queued")
+    await listed("one_a_page_processing", status="processing", limit=1)
+    seen("in_state", await t.in_state())
+    # A writer mid-write: ClickHouse answers, the live row still stands above its row.
+    await redis.row_begin("tr_1", 60)
+    row, q = await counted(ch, t.get("tr_1", "acct_1"))
+    seen("mid_write", [brief(row), q])
+    await redis.row_end("tr_1", 1, "{}", 60, False)
+    # A replay of the move loses; the outcome replaces the live row and keeps its start.
+    await t.change("tr_1", "processing", started + timedelta(seconds=5), account_id="acct_1")
+    done = now + timedelta(seconds=3)
+    await t.change("tr_1", "completed", done, account_id="acct_1", audio_duration=2.0)
+    stored = await plain.get("tr_1", "acct_1")
+    seen("completed", [brief(await t.get("tr_1", "acct_1")), brief(stored),
+                       abs((stored.started_at - started).total_seconds()) < 0.001,
+                       abs((stored.completed_at - done).total_seconds()) < 0.001,
+                       await redis.rows_live(["tr_1", "tr_2"])])
+    # A restarted Redis (another run_id): no live row is used, and the next move to
+    # processing is written to ClickHouse, as before the read model kept it.
+    await t.change("tr_2", "processing", started, account_id="acct_1")
+    await redis.client.hset(redis.k("transcript", "tr_2"), "run", "0" * 40)
+    seen("other_run", [brief(await t.get("tr_2", "acct_1")),
+                       await redis.rows_live(["tr_2"])])
+    await redis.row_forget(["tr_2"])
+    inserts = ch.inserts
+    await t.change("tr_2", "processing", started, account_id="acct_1")
+    seen("no_entry", [ch.inserts - inserts, brief(await plain.get("tr_2", "acct_1"))])
+    print(json.dumps(out))
+    await redis.close()
+    await ch.close()
+asyncio.run(main())
+"""
+
 
 def _run(script: str, *args: str) -> dict:
     proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO,
@@ -173,11 +229,17 @@ def test_read_model_answers_every_state_and_falls_back_to_clickhouse(
     def state(value: dict) -> tuple:
         return value["status"], value["deleted"], value["metadata"], value["duration"]
 
-    # Read-your-writes after each change, from Redis alone, equal to ClickHouse's row.
+    # Read-your-writes after each change, from Redis alone, equal to ClickHouse's row;
+    # ``processing`` is kept in the read model only (ClickHouse holds the row before it).
     for name, status in (("queued", "queued"), ("processing", "processing")):
         row, queries, stored = out[name]
         assert row["status"] == status and queries == 0, (name, out[name])
-        assert row == stored, name
+    row, _, stored = out["queued"]
+    assert row == stored
+    row, _, stored = out["processing"]
+    assert stored["status"] == "queued" and stored["version"] < row["version"]
+    assert {k: v for k, v in row.items() if k not in ("status", "version")} == \
+        {k: v for k, v in stored.items() if k not in ("status", "version")}
     row, no_result, queries = out["result_before_completed"]
     assert row["status"] == "processing" and no_result and queries == 0
     row, text, queries, stored = out["completed"]
@@ -217,10 +279,42 @@ def test_list_pages_are_reused_only_while_no_row_of_the_account_changed(
     assert out["other_account"] == [[], 1]
     assert out["other_filter"] == [queued, 1], "each page (filter, cursor, limit) is its own"
     changed = [["tr_2", "queued"], ["tr_1", "processing"]]
-    assert out["after_change"] == [changed, 1], "a returned write is seen by the next list"
+    # The move to processing is kept in the read model only: the kept page is answered
+    # with the live row in its place, without a ClickHouse query.
+    assert out["after_change"] == [changed, 0], "a returned write is seen by the next list"
     assert out["after_change_again"] == [changed, 0]
     assert out["mid_write"] == [changed, 1] and out["mid_write_again"] == [changed, 1]
     assert out["ended"] == [changed, 1] and out["ended_again"] == [changed, 0]
     assert out["other_run"] == [changed, 1]
     assert out["after_delete_many"] == [[["tr_1", "processing"]], 1]
-    assert out["redis_down"] == [[["tr_1", "processing"]], 1]
+    # Redis unreachable, ClickHouse answers: with the rows it holds (the row before the
+    # live-only processing one).
+    assert out["redis_down"] == [[["tr_1", "queued"]], 1]
+
+
+def test_processing_is_kept_in_the_read_model_and_shown_at_once(
+        tmp_path: Path, valkey: str) -> None:
+    out = _run(LIVE, str(tmp_path / "ch"), valkey, "rm3:")
+    queued = [["tr_2", "queued"], ["tr_1", "queued"]]
+    assert out["first"] == [queued, 1]
+    row, queries, inserts, stored = out["processing"]
+    assert row["status"] == "processing" and queries == 0
+    assert inserts == 0, "the move to processing writes no ClickHouse row"
+    assert stored["status"] == "queued"
+    changed = [["tr_2", "queued"], ["tr_1", "processing"]]
+    assert out["list"] == [changed, 0], "the list shows it at once, from the kept page"
+    assert out["only_processing"][0] == [["tr_1", "processing"]]
+    assert out["only_queued"][0] == [["tr_2", "queued"]]
+    assert out["one_a_page_processing"][0] == [["tr_1", "processing"]], \
+        "a filtered page is filled past rows the overlay takes out"
+    assert out["in_state"] == {"queued": 1, "processing": 1}
+    row, queries = out["mid_write"]
+    assert row["status"] == "processing" and queries == 1
+    row, stored, same_start, same_end, lives = out["completed"]
+    assert row["status"] == stored["status"] == "completed" and row == stored
+    assert stored["duration"] == 2.0 and same_start and same_end
+    assert lives == [None, None], "the outcome's row replaced the live one"
+    row, lives = out["other_run"]
+    assert row["status"] == "queued" and lives == [None]
+    inserts, stored = out["no_entry"]
+    assert inserts == 1 and stored["status"] == "processing"
