@@ -30,10 +30,27 @@ async def stores():
     await ch.start()
     redis = RedisStore(sys.argv[2], prefix=sys.argv[3])
     return ch, redis, T.Transcripts(ch, redis)
+def scenario(main):  # runs main(ch, redis, t, now) on fresh stores, then prints what it saw
+    async def run():
+        ch, redis, t = await stores()
+        try:
+            await main(ch, redis, t, datetime.now(UTC))
+        finally:
+            await redis.close()
+            await ch.close()
+        print(json.dumps(out))
+    asyncio.run(run())
 async def counted(ch, call):
     before = ch.queries
     value = await call
     return value, ch.queries - before
+def page(rows):
+    return [[r.id, r.status] for r in rows]
+def lister(ch, t):  # listed(name, account, **list args): a page and its ClickHouse queries
+    async def listed(name, account="acct_1", **kw):
+        rows, q = await counted(ch, t.list(account, limit=kw.pop("limit", 10), **kw))
+        seen(name, [page(rows), q])
+    return listed
 def brief(row):
     return None if row is None else {"status": row.status, "deleted": row.deleted,
                                      "metadata": row.metadata, "version": row.version,
@@ -41,10 +58,8 @@ def brief(row):
 """
 
 LIFECYCLE = _PRELUDE + """
-async def main():
-    ch, redis, t = await stores()
+async def main(ch, redis, t, now):
     plain = T.Transcripts(ch)  # ClickHouse only
-    now = datetime.now(UTC)
     await t.insert(TranscriptRow(id="tr_a", account_id="acct_1", key_id="k", created_at=now,
                                  status="queued", metadata='{"x":1}'))
     row, q = await counted(ch, t.get("tr_a", "acct_1"))
@@ -109,21 +124,12 @@ async def main():
                    error_message="y")
     done_ttl = await redis.client.ttl(redis.k("transcript", "tr_b"))
     seen("ttl", [live_ttl, done_ttl])
-    print(json.dumps(out))
-    await redis.close()
-    await ch.close()
-asyncio.run(main())
+scenario(main)
 """
 
 LISTS = _PRELUDE + """
-async def main():
-    ch, redis, t = await stores()
-    now = datetime.now(UTC)
-    def page(rows):
-        return [[r.id, r.status] for r in rows]
-    async def listed(name, account="acct_1", **kw):
-        rows, q = await counted(ch, t.list(account, limit=kw.pop("limit", 10), **kw))
-        seen(name, [page(rows), q])
+async def main(ch, redis, t, now):
+    listed = lister(ch, t)
     for tid in ("tr_1", "tr_2"):
         await t.insert(TranscriptRow(id=tid, account_id="acct_1", key_id="k", created_at=now,
                                      status="queued"))
@@ -151,22 +157,13 @@ async def main():
     down = T.Transcripts(ch, RedisStore("redis://127.0.0.1:1", prefix="x:"))
     rows, q = await counted(ch, down.list("acct_1", limit=10))
     seen("redis_down", [page(rows), q])
-    print(json.dumps(out))
-    await redis.close()
-    await ch.close()
-asyncio.run(main())
+scenario(main)
 """
 
 LIVE = _PRELUDE + """
-async def main():
-    ch, redis, t = await stores()
+async def main(ch, redis, t, now):
     plain = T.Transcripts(ch)  # ClickHouse only
-    now = datetime.now(UTC)
-    def page(rows):
-        return [[r.id, r.status] for r in rows]
-    async def listed(name, **kw):
-        rows, q = await counted(ch, t.list("acct_1", limit=kw.pop("limit", 10), **kw))
-        seen(name, [page(rows), q])
+    listed = lister(ch, t)
     for tid in ("tr_1", "tr_2"):
         await t.insert(TranscriptRow(id=tid, account_id="acct_1", key_id="k", created_at=now,
                                      status="queued"))
@@ -207,10 +204,7 @@ async def main():
     inserts = ch.inserts
     await t.change("tr_2", "processing", started, account_id="acct_1")
     seen("no_entry", [ch.inserts - inserts, brief(await plain.get("tr_2", "acct_1"))])
-    print(json.dumps(out))
-    await redis.close()
-    await ch.close()
-asyncio.run(main())
+scenario(main)
 """
 
 
