@@ -1,7 +1,8 @@
 """What the embedded broker's CPU per live session is made of: a driver without models.
 
 ``python -m bench.broker [--sessions 10] [--seconds 60] [--batch-ms 60] [--window N]
-[--no-consumers] [--no-producers] [--messages-per-s 3] [--linger-ms 2] [--live-pause-ms 10]``
+[--no-consumers] [--no-producers] [--messages-per-s 3] [--linger-ms 2] [--live-pause-ms 10]
+[--truncate-every S] [--compression gzip] [--idle-after S]``
 
 Starts the embedded broker alone (as ``ops.embedded`` does, in a temporary directory),
 creates the two realtime topics as ``stores.kafka.ensure_topics`` would, and plays the
@@ -33,9 +34,10 @@ from typing import Any
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 
+from bench.streaming import load_pcm
 from ops.embedded import BROKER_MALLOC, _binary, wait_port
 from ops.procstat import cpu_seconds
-from ops.stack import free_port
+from ops.stack import EVAL, free_port
 from schemas.records import RealtimeAudio, RealtimeMessage
 from stores.kafka import LIVE_CLIENT, pace_empty_fetches
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
@@ -43,6 +45,8 @@ from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
 __all__ = ["main"]
 
 COUNTS = {"fetch": 0, "fetch_records": 0, "produce": 0}
+SPEECH = (load_pcm(EVAL / "synthetic" / "conv01_support_call.wav") * 32768).astype("<i2").tobytes()
+"""Real speech, so that what the records compress to is real (16 kHz s16le)."""
 
 
 def _count_requests() -> None:
@@ -84,15 +88,15 @@ async def _session(k: int, producer: AIOKafkaProducer, args: argparse.Namespace,
                    stop: float) -> int:
     """One session's audio: a record per ``batch_ms``, at most ``window`` unacknowledged."""
     sid = f"rs_{k:04d}"
-    pcm = bytes(range(256)) * (args.batch_ms * 32 // 256 + 1)
-    pcm = pcm[:args.batch_ms * 32]
+    size = args.batch_ms * 32
     pending: list[asyncio.Future[Any]] = []
     seq, start = 0, time.monotonic() + 0.23 * k
     await asyncio.sleep(max(0.0, start - time.monotonic()))
     while time.monotonic() < stop:
         seq += 1
-        record = RealtimeAudio(session_id=sid, seq=seq, gateway_id="gw_bench", pcm=pcm,
-                               origin=0)
+        at = (k * 7919 * size + seq * size) % (len(SPEECH) - size) // 2 * 2
+        record = RealtimeAudio(session_id=sid, seq=seq, gateway_id="gw_bench",
+                               pcm=SPEECH[at:at + size], origin=0)
         pending.append(await producer.send(REALTIME_AUDIO.name, REALTIME_AUDIO.encode(record),
                                            key=sid.encode()))
         while len(pending) >= args.window:
@@ -165,7 +169,8 @@ async def _gateway_reader(bootstrap: str, stop: float) -> int:
 async def _run(args: argparse.Namespace, bootstrap: str, pid: int) -> None:
     await _topics(bootstrap)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all",
-                                linger_ms=args.linger_ms, enable_idempotence=False)
+                                linger_ms=args.linger_ms, enable_idempotence=False,
+                                compression_type=args.compression)
     await producer.start()
     await asyncio.sleep(1.0)
     cpu0, t0 = cpu_seconds(pid) or 0.0, time.monotonic()
@@ -220,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--linger-ms", type=int, default=2)
     parser.add_argument("--messages-per-s", type=float, default=3.0)
     parser.add_argument("--live-pause-ms", type=float, default=10.0)
+    parser.add_argument("--compression", default=None, help="the producers' (gzip)")
     parser.add_argument("--no-consumers", action="store_true")
     parser.add_argument("--no-producers", action="store_true")
     parser.add_argument("--truncate-every", type=float, default=0.0,
