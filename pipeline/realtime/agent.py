@@ -27,6 +27,11 @@ queued meanwhile. Messages say ``replaying`` until then, so the gateway holds ba
 transcript that would show less than the client has already seen. Only a record without
 ``origin`` (an older gateway) or a replay that fails is answered with ``provider_error``,
 and the gateway ends the session with ``a5sv2_unavailable``.
+
+**Trimming.** Every ``TRIM_INTERVAL_S`` the agent deletes the records of its partitions of
+both live topics that no session can need (:mod:`.trim`): older than
+``realtime.log_keep_s`` and, for the audio, before the origin of every session it holds.
+The embedded broker's CPU grows with what its log holds.
 """
 
 from __future__ import annotations
