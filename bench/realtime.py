@@ -477,6 +477,9 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"CPU of the stack: {used:.1f} s for {audio_s:.0f} s of audio: "
                       f"{used / audio_s * 100:.1f}% of a core per live session "
                       f"({', '.join(f'{k} {cpu1[k] - cpu0.get(k, cpu1[k]):.1f} s' for k in cpu1)})")
+                saved = run_dir.parent / "broker" / "kafka.json"
+                if saved.is_file():  # the embedded broker writes its whole log there
+                    print(f"broker log on disk: {saved.stat().st_size / 1e6:.0f} MB")
             # Real time kept: no error, the sender never held back, no backlog at the end.
             keeps = (not s["errors"] and s["send_lag_max"] < 0.5 and s["finish_max"] < 3.0)
             if keeps:

@@ -39,6 +39,14 @@ async def publish(ctx: Context, spec: TopicSpec[Any], key: str, value: Any) -> i
     return await ctx.producer.send(spec, key, value)
 
 
+async def publish_nowait(ctx: Context, spec: TopicSpec[Any], key: str,
+                         value: Any) -> asyncio.Future[int]:
+    """:func:`publish` without waiting for the acknowledgement: the future gives the
+    offset. Records of one key keep their order."""
+    GATEWAY.check_write(spec)
+    return await ctx.producer.enqueue(spec, key, value)
+
+
 JSON_BODY_LIMIT = 1 << 20
 """The largest body of a request that is not an upload (JSON bodies; metadata is 16 KB)."""
 

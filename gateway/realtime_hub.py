@@ -27,7 +27,7 @@ from stores.context import Context
 from stores.kafka import LIVE_CLIENT, map_kafka_errors, topic_name
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
 
-from .base import publish
+from .base import publish, publish_nowait
 
 __all__ = ["RealtimeHub", "hub_for"]
 
@@ -103,6 +103,11 @@ class RealtimeHub:
             its offset in the partition (the session's records share one).
         """
         return await publish(self.ctx, REALTIME_AUDIO, record.session_id, record)
+
+    async def enqueue(self, record: RealtimeAudio) -> asyncio.Future[int]:
+        """Publish one audio record without waiting for the broker: the future gives its
+        offset. A session's records keep their order (one key, one partition)."""
+        return await publish_nowait(self.ctx, REALTIME_AUDIO, record.session_id, record)
 
     async def _read(self, consumer: AIOKafkaConsumer) -> None:
         while True:

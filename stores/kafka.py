@@ -147,6 +147,25 @@ class Producer:
             raise UpstreamUnavailable(log="kafka: metadata refresh failed")
         return (time.perf_counter() - started) * 1000
 
+    async def enqueue(self, spec: TopicSpec[Any], key: str, value: Any) -> asyncio.Future[int]:
+        """Hand a record to the producer without waiting for the broker; the returned
+        future gives its offset once acknowledged. Records of one key keep their order:
+        the producer has one request per partition in flight and retries a failed one
+        before the records behind it."""
+        if self._producer is None:
+            raise UpstreamUnavailable(log="kafka: producer not started")
+        async with map_kafka_errors():
+            delivery = await self._producer.send(topic_name(self.settings, spec),
+                                                 spec.encode(value), key=key.encode())
+        ack = asyncio.ensure_future(self._acknowledged(delivery))
+        ack.add_done_callback(lambda f: f.cancelled() or f.exception())  # read, never logged
+        return ack
+
+    @staticmethod
+    async def _acknowledged(delivery: asyncio.Future[Any]) -> int:
+        async with map_kafka_errors():
+            return int((await asyncio.wait_for(delivery, timeout=15)).offset)
+
     async def send(self, spec: TopicSpec[Any], key: str, value: Any) -> int:
         """Publish and wait for the broker's acknowledgement; returns the record's offset."""
         if self._producer is None:

@@ -27,6 +27,11 @@ queued meanwhile. Messages say ``replaying`` until then, so the gateway holds ba
 transcript that would show less than the client has already seen. Only a record without
 ``origin`` (an older gateway) or a replay that fails is answered with ``provider_error``,
 and the gateway ends the session with ``a5sv2_unavailable``.
+
+**Trimming.** Every ``TRIM_INTERVAL_S`` the agent deletes the records of its partitions of
+both live topics that no session can need (:mod:`.trim`): older than
+``realtime.log_keep_s`` and, for the audio, before the origin of every session it holds.
+The embedded broker's CPU grows with what its log holds.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from schemas.errors import StreamError
 from schemas.records import RealtimeAudio, RealtimeMessage
@@ -52,6 +58,7 @@ from .engine import RealtimeEngine
 from .models import ModelOptions, StreamingModels
 from .options import EngineOptions
 from .recognizer import Update
+from .trim import TRIM_INTERVAL_S, LogTrim
 from .vocabulary import VocabularyTerm
 
 __all__ = ["RealtimeAgent", "PROGRESS_INTERVAL_S", "engine_options"]
@@ -98,6 +105,8 @@ class _Live:
     last_record: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     task: asyncio.Task[None] | None = None
+    origin: int = 0
+    """Offset of the session's opening record: its log is kept from there."""
     replay: tuple[int, int] | None = None
     """Offsets ``[origin, until)`` of the partition to replay before the live records."""
     moved: bool = False
@@ -122,6 +131,9 @@ class RealtimeAgent:
         self._ended: dict[str, float] = {}
         self._assigned: set[int] = set()
         self._loading: asyncio.Task[None] | None = None
+        keep_s = max(self.opts.log_keep_s, self.opts.provider_start_timeout_s,
+                     self.opts.stall_timeout_s)
+        self.trim = LogTrim(keep_s) if self.opts.log_keep_s > 0 else None
 
     # --- the consumer loop --------------------------------------------------------------------
 
@@ -142,6 +154,7 @@ class RealtimeAgent:
         consumer = self._consumer()
         consumer.subscribe([topic], listener=_Listener(self))
         await consumer.start()
+        trimmer = asyncio.create_task(self._trim_logs(consumer), name="a5s-realtime-trim")
         try:
             while True:
                 batches = await consumer.getmany(timeout_ms=500, max_records=500)
@@ -152,6 +165,7 @@ class RealtimeAgent:
                 await self._acknowledge()
                 self._reap()
         finally:
+            trimmer.cancel()
             for live in list(self.sessions.values()):
                 if live.task is not None:
                     live.task.cancel()
@@ -258,7 +272,7 @@ class RealtimeAgent:
             self._ended[sid] = time.monotonic()
             await self._message(sid, record.seq, "provider_error", text=exc.message)
             return
-        live = _Live(sid, partition)
+        live = _Live(sid, partition, origin=offset if record.origin is None else record.origin)
         if moved:
             assert record.origin is not None
             live.replay = (record.origin, offset)
@@ -281,6 +295,53 @@ class RealtimeAgent:
             if live.queued > live.seq and now - live.last_sent >= PROGRESS_INTERVAL_S:
                 live.last_sent = now
                 await self._message(live.id, live.queued, "progress")
+
+    async def _trim_logs(self, consumer: AIOKafkaConsumer) -> None:
+        """Delete what no live session of this worker's partitions can need (``trim``)."""
+        if self.trim is None:
+            return
+        prefix = self.settings.topic_prefix
+        admin = AIOKafkaAdminClient(bootstrap_servers=self.settings.bootstrap,
+                                    request_timeout_ms=10_000)
+        started = False
+        try:
+            while True:
+                await asyncio.sleep(TRIM_INTERVAL_S)
+                if not self._assigned:
+                    continue
+                try:
+                    if not started:
+                        await admin.start()
+                        started = True
+                    await self._trim_once(consumer, admin, prefix)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:  # the log is bounded by retention meanwhile
+                    log.info("realtime: trimming the live topics failed: %r", exc)
+        finally:
+            if started:
+                with contextlib.suppress(Exception):
+                    await admin.close()
+
+    async def _trim_once(self, consumer: AIOKafkaConsumer, admin: AIOKafkaAdminClient,
+                         prefix: str) -> None:
+        assert self.trim is not None
+        audio, messages = prefix + REALTIME_AUDIO.name, prefix + REALTIME_MESSAGES.name
+        partitions = sorted(self._assigned)
+        ends = await consumer.end_offsets([TopicPartition(t, p) for t in (audio, messages)
+                                           for p in partitions])
+        if sorted(self._assigned) != partitions:
+            return
+        floors: dict[TopicPartition, int] = {}
+        for live in self.sessions.values():
+            tp = TopicPartition(audio, live.partition)
+            floors[tp] = min(floors.get(tp, live.origin), live.origin)
+        now = time.monotonic()
+        self.trim.observe(now, ends)
+        points = self.trim.points(now, floors)
+        if points:
+            await admin.delete_records({tp: RecordsToDelete(offset)
+                                        for tp, offset in points.items()})
 
     def _reap(self) -> None:
         now = time.monotonic()
@@ -442,4 +503,6 @@ class _Listener(ConsumerRebalanceListener):
 
     async def on_partitions_assigned(self, assigned: Any) -> None:
         self.agent._assigned = {tp.partition for tp in assigned}
+        if self.agent.trim is not None:
+            self.agent.trim.reset()
         log.info("realtime: partitions %s", sorted(self.agent._assigned))

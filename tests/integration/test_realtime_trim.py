@@ -1,0 +1,121 @@
+"""The worker deletes the live topics' records no session needs, never a live session's audio.
+
+The embedded broker's CPU grows with what its log holds (docs/realtime.md, "The broker's
+CPU"), so the realtime agent trims ``realtime-audio`` and ``realtime-messages``
+(:mod:`pipeline.realtime.trim`). Here the records are kept 30 s: a session streams a 56 s
+conversation; while it lives its transcript messages older than that are gone but its
+audio is all there (a takeover replays it from its first record); once it has ended, its
+audio goes too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jiwer
+import pytest
+import websockets
+from aiokafka import AIOKafkaConsumer, TopicPartition
+
+from ops.stack import EVAL, Stack
+
+pytestmark = [pytest.mark.stack, pytest.mark.timeout(400)]
+
+CONVERSATION = EVAL / "synthetic" / "conv01_support_call.wav"
+FRAME = 640
+KEEP_S = 30
+
+
+@pytest.fixture(scope="module")
+def trimming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    # keep_s is the largest of log_keep_s, provider_start_timeout_s and stall_timeout_s
+    s = Stack(tmp_path_factory.mktemp("trim") / "data",
+              env={"A5S_REALTIME__LOG_KEEP_S": "1",
+                   "A5S_REALTIME__PROVIDER_START_TIMEOUT_S": str(KEEP_S)})
+    s.data_dir.mkdir(parents=True)
+    s.start()
+    yield s
+    s.stop()
+
+
+def words(text: str) -> list[str]:
+    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
+
+
+async def log_starts(stack: Stack) -> dict[str, int]:
+    """The summed first offset of each live topic's partitions (0: nothing deleted)."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}",
+                                group_id=None, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        starts = {}
+        for topic in ("realtime-audio", "realtime-messages"):
+            tps = [TopicPartition(f"a5s.{topic}", p)
+                   for p in sorted(consumer.partitions_for_topic(f"a5s.{topic}") or
+                                   await _partitions(consumer, f"a5s.{topic}"))]
+            starts[topic] = sum((await consumer.beginning_offsets(tps)).values())
+        return starts
+    finally:
+        await consumer.stop()
+
+
+async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
+    await consumer.topics()
+    return consumer.partitions_for_topic(topic) or {0}
+
+
+def pcm_of() -> bytes:
+    from pipeline.audio import decode_to_pcm
+    out = io.BytesIO()
+    decode_to_pcm(CONVERSATION, out)
+    return out.getvalue()
+
+
+def test_a_live_sessions_audio_is_kept_and_the_rest_deleted(trimming: Stack) -> None:
+    stack = trimming
+    key = stack.new_account()[1]
+    pcm = pcm_of()
+    reference = " ".join(t["text"] for t in sorted(
+        json.loads(CONVERSATION.with_suffix(".json").read_text())["turns"],
+        key=lambda t: t["start"]))
+
+    async def session() -> dict[str, Any]:
+        got: list[dict[str, Any]] = []
+        async with websockets.connect(stack.ws_url, max_size=None,
+                                      additional_headers={"Authorization": f"Bearer {key}"}) as ws:
+            await ws.send(json.dumps({"type": "start"}))
+            while json.loads(await ws.recv())["type"] != "ready":
+                pass
+            t0 = time.monotonic()
+
+            async def reader() -> None:
+                async for raw in ws:
+                    got.append(json.loads(raw))
+
+            task = asyncio.create_task(reader())
+            for i in range(0, len(pcm), FRAME):
+                await asyncio.sleep(max(0.0, t0 + i / 32000 - time.monotonic()))
+                await ws.send(pcm[i:i + FRAME])
+            live = await log_starts(stack)           # the session is still open
+            await ws.send(json.dumps({"type": "finish"}))
+            await task
+            return {"messages": got, "live": live, "close": ws.close_code}
+
+    result = asyncio.run(asyncio.wait_for(session(), 240))
+    kinds = [m["type"] for m in result["messages"]]
+    assert "error" not in kinds and kinds[-1] == "finished" and result["close"] == 1000, kinds
+    final = [m["text"] for m in result["messages"] if m["type"] == "transcript"][-1]
+    assert jiwer.wer(" ".join(words(reference)), " ".join(words(final))) < 0.2, final
+    live = result["live"]
+    assert live["realtime-messages"] > 0, f"messages older than {KEEP_S} s were kept: {live}"
+    assert live["realtime-audio"] == 0, f"a live session's audio was deleted: {live}"
+    deadline = time.monotonic() + KEEP_S + 60
+    while (after := asyncio.run(log_starts(stack)))["realtime-audio"] == 0:
+        assert time.monotonic() < deadline, f"the ended session's audio was kept: {after}"
+        time.sleep(2)
