@@ -35,7 +35,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -332,8 +335,9 @@ def main(argv: list[str] | None = None) -> None:
             jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
         counters = {k: v - counters_before.get(k, 0.0)
                     for k, v in service_counters(base_url).items()}
-        threads = ({k: v - threads_before.get(k, 0.0)
-                    for k, v in thread_cpu(service_pid).items()} if service_pid else {})
+        threads = (by_thread_name({k: v - threads_before.get(k, 0.0)
+                                   for k, v in thread_cpu(service_pid).items()},
+                                  python_thread_names(service_pid)) if service_pid else {})
         unwanted = (unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)[0]
                     if service_pid else None)
         cpu_after = stack_cpu(run_dir) if run_dir else {}
@@ -402,19 +406,45 @@ def service_counters(base_url: str) -> dict[str, float]:
     return out
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of each thread of ``pid`` so far, summed by thread name
-    with its trailing digits and separators dropped (``asr_0`` and ``asr_1``: ``asr``)."""
+def thread_cpu(pid: int) -> dict[tuple[int, str], float]:
+    """CPU seconds (user + system) of each thread of ``pid`` so far, by thread id and the
+    kernel's name for it."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
+    out: dict[tuple[int, str], float] = {}
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             raw = (task / "stat").read_text()
         except OSError:
             continue
-        name = raw[raw.index("(") + 1:raw.rindex(")")].rstrip("0123456789_-:.") or "?"
         fields = raw[raw.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        out[(int(task.name), name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """Python's names of the threads of ``pid`` (``MainThread``, ``clickhouse_0``, ...), from
+    one ``py-spy dump`` where py-spy is installed (the kernel names them all ``python``);
+    empty otherwise."""
+    spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if not spy:
+        return {}
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                              text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = re.findall(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.MULTILINE)
+    return {int(tid): name for tid, name in found}
+
+
+def by_thread_name(cpu: dict[tuple[int, str], float], names: dict[int, str]) -> dict[str, float]:
+    """CPU seconds summed by thread name (Python's where known, else the kernel's), its
+    trailing digits and separators dropped (``asr_0`` and ``asr_1``: ``asr``)."""
+    out: dict[str, float] = {}
+    for (tid, kernel_name), seconds in cpu.items():
+        name = names.get(tid, kernel_name).rstrip("0123456789_-:.") or "?"
+        out[name] = out.get(name, 0.0) + seconds
     return out
 
 
