@@ -22,7 +22,7 @@ from schemas.errors import (A5sError, FileNotFound, IdempotencyConflict, Invalid
                             ModelAccessDenied, NotFound, QueueFull, RateLimited,
                             UsageLimitReached)
 from schemas.records import Canceled, JobSpec, Submitted, TranscriptResult
-from schemas.rows import TranscriptRow, UsageEventRow
+from schemas.rows import TranscriptRow, usage_of
 from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.objects import JobFiles, upload_key
@@ -138,14 +138,17 @@ class JobService:
             if body.webhook_auth_header_value is not None:
                 await ctx.redis.set_webhook_auth(tid, body.webhook_auth_header_value)
             await self.transcripts.insert(row)
-            await publish(ctx, ACCOUNT_EVENTS, account.id, Submitted(
-                account_id=account.id, transcript_id=tid, at=now, limits=account.limits))
+            submitted = Submitted(account_id=account.id, transcript_id=tid, at=now,
+                                  limits=account.limits, key_id=who.key.key_id)
+            await publish(ctx, ACCOUNT_EVENTS, account.id, submitted)
         except A5sError:
             await self._withdraw(row)
             raise
-        await self.transcripts.record_usage(UsageEventRow(
-            event_id=f"{tid}:request", account_id=account.id, key_id=who.key.key_id,
-            model=ASYNC_MODEL, kind="request", at=now, transcript_id=tid))
+        # The request's usage event rides on the record to the usage writer (batched into
+        # ClickHouse); pending in Redis until then, so this client's GET /v1/usage counts it.
+        usage = usage_of(submitted)
+        assert usage is not None
+        await self.transcripts.pend_usage(usage)
         return Transcript.model_validate(row.summary().model_dump())
 
     async def _withdraw(self, row: TranscriptRow) -> None:
