@@ -447,6 +447,11 @@ class Transcripts:
             return
         await self.redis.usage_pend(event.account_id, event.event_id, event.model_dump_json())
 
+    async def unpend_usage(self, event: UsageEventRow) -> None:
+        """An event that will not be written after all (its submission was withdrawn)."""
+        if self.redis is not None:
+            await self.redis.usage_written({event.account_id: [event.event_id]})
+
     async def pending_usage(self, account_id: str) -> list[UsageEventRow]:
         """The account's events not known to be in ClickHouse yet (some may be: the writer
         drops them after its insert)."""

@@ -66,6 +66,10 @@ async def main():
     await t.pend_usage(UsageEventRow(  # pending, dated before the window
         event_id="tr_9:request", account_id="acct_1", key_id="key_1", model="a5s-async-v1",
         kind="request", at=now - timedelta(days=40), transcript_id="tr_9"))
+    withdrawn = usage_of(Submitted(account_id="acct_1", transcript_id="tr_3", at=now,
+                                   limits=limits, key_id="key_1"))
+    await t.pend_usage(withdrawn)  # a submission that could not be published
+    await t.unpend_usage(withdrawn)
     await t.pend_usage(usage_of(Submitted(  # another account's
         account_id="acct_2", transcript_id="tr_5", at=now, limits=limits, key_id="key_5")))
     out["pending"] = sorted(e.event_id for e in await t.pending_usage("acct_1"))
