@@ -35,7 +35,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -175,9 +178,26 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
         each file (those of ``alone`` timed alone), the layout used, and the core-seconds
         of the run over ``paths`` that this process left unwanted.
     """
-    from concurrent.futures import ThreadPoolExecutor
+    engines = bare_engines(model)
+    try:
+        _, texts, seconds = bare_pass(engines, eval_dir, paths[:1])  # warm-up
+        with Demand(os.getpid()) as demand:
+            at = time.time()
+            wall, cpu, texts, seconds = bare_timed(engines, eval_dir, paths, texts, seconds)
+        unwanted, _ = unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)
+        for path in alone:
+            _, one_text, one_seconds = bare_pass(engines, eval_dir, [path], workers=1)
+            texts.update(one_text)
+            seconds.update(one_seconds)
+    finally:
+        engines.close()
+    layout = engines.layout
+    return (wall, cpu, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)",
+            unwanted)
 
-    from pipeline.audio import read_pcm
+
+def bare_engines(model: str) -> Any:
+    """The service's models (``pipeline.engines.Engines``), loaded and warm, in this process."""
     from pipeline.engines import Engines
     from schemas.settings import ModelSettings, Settings
 
@@ -185,7 +205,17 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
                         models=ModelSettings(whisper=model, device="cpu"))
     engines = Engines(settings)
     engines.warm()
-    layout = engines.layout
+    return engines
+
+
+def bare_pass(engines: Any, eval_dir: Path, paths: list[str], workers: int | None = None,
+              ) -> tuple[float, dict[str, str], dict[str, float]]:
+    """``paths`` through the models as the service lays them out (as many files at once as
+    there are replicas): wall seconds, the text and the seconds of each file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from pipeline.audio import read_pcm
+
     texts: dict[str, str] = {}
     seconds: dict[str, float] = {}
 
@@ -200,19 +230,61 @@ def run_bare(eval_dir: Path, paths: list[str], alone: list[str], model: str
             texts[path] = engines.diarize(pcm, speech, words).text
             seconds[path] = time.perf_counter() - started
 
+    with ThreadPoolExecutor(workers or engines.layout.workers) as pool:
+        started = time.perf_counter()
+        list(pool.map(one, paths))
+        wall = time.perf_counter() - started
+    return wall, texts, seconds
+
+
+def bare_timed(engines: Any, eval_dir: Path, paths: list[str], texts: dict[str, str],
+               seconds: dict[str, float],
+               ) -> tuple[float, float, dict[str, str], dict[str, float]]:
+    """A timed ``bare_pass``: wall and CPU seconds of this process, texts and seconds."""
+    cpu = time.process_time()
+    wall, more_texts, more_seconds = bare_pass(engines, eval_dir, paths)
+    return wall, time.process_time() - cpu, {**texts, **more_texts}, {**seconds, **more_seconds}
+
+
+def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[str, Any]],
+              eval_dir: Path, model: str, timeout_s: float, repeat: int,
+              service_pid: int | None) -> None:
+    """``repeat`` service passes and bare passes, alternately, on the same running stack and
+    the same loaded models: each pair's overhead, then their median and spread. Single
+    runs of a few long files move by more than the overhead looked for; pairs taken close
+    together, on the same stack and models, see the same machine."""
+    engines = bare_engines(model)
+    paths = [i["path"] for i in items]
+    rows = []
     try:
-        one(paths[0])  # warm-up
-        with ThreadPoolExecutor(layout.workers) as pool, Demand(os.getpid()) as demand:
-            at, started, cpu = time.time(), time.perf_counter(), time.process_time()
-            list(pool.map(one, paths))
-            wall, cpu = time.perf_counter() - started, time.process_time() - cpu
-        unwanted, _ = unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)
-        for path in alone:
-            one(path)
+        bare_pass(engines, eval_dir, paths[:1])  # warm-up
+        for n in range(repeat):
+            cpu0 = _proc_cpu(service_pid) if service_pid else 0.0
+            jobs, wall = run_service(base_url, keys, audio_url, items, timeout_s)
+            service_cpu = (_proc_cpu(service_pid) - cpu0) if service_pid else 0.0
+            load = _load()
+            bare_s, bare_cpu, _, _ = bare_timed(engines, eval_dir, paths, {}, {})
+            done = sum(j.status == "completed" for j in jobs)
+            rows.append((wall, bare_s, service_cpu, bare_cpu))
+            print(f"pair {n + 1}/{repeat}: service {wall:.1f} s ({done}/{len(jobs)} completed, "
+                  f"process CPU {service_cpu:.1f} s), bare {bare_s:.1f} s (CPU {bare_cpu:.1f} "
+                  f"s): overhead {(wall - bare_s) / bare_s:+.1%}; load average {load} after "
+                  f"the service pass, {_load()} after the bare pass")
     finally:
         engines.close()
-    return (wall, cpu, texts, seconds, f"{layout.workers} replica(s) x {layout.threads} thread(s)",
-            unwanted)
+    overheads = sorted((w - b) / b for w, b, _, _ in rows)
+    beyond = sorted((s - c) / max(1, len(items)) for _, _, s, c in rows)
+    print(f"median overhead over {repeat} pairs {statistics.median(overheads):+.1%} "
+          f"(spread {overheads[0]:+.1%} to {overheads[-1]:+.1%})" + (
+              f"; service process CPU beyond the bare run's, per job: median "
+              f"{statistics.median(beyond) * 1000:.0f} ms ({beyond[0] * 1000:.0f} to "
+              f"{beyond[-1] * 1000:.0f} ms)" if service_pid else ""))
+
+
+def _proc_cpu(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
@@ -286,6 +358,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="base", help="Whisper model of the bare run")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for jobs")
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="N > 1: N service and bare passes, alternately, on the same stack "
+                             "and models; prints each pair and the median overhead")
     args = parser.parse_args(argv)
 
     from ops.stack import EvalServer, Stack
@@ -320,8 +395,12 @@ def main(argv: list[str] | None = None) -> None:
             keys = [stack.new_account()[1] for _ in range(max(1, args.accounts))]
             base_url = stack.url("")
             _warm(base_url, keys[0], server.url("real/whisper/jfk.flac"))
-        probes = run_probes(base_url, keys[0], server.url)
         run_dir = stack.data_dir / "run" if stack is not None else None
+        if args.repeat > 1:
+            run_pairs(base_url, keys, server.url, items, args.eval, args.model, args.timeout,
+                      args.repeat, pid_of(run_dir, "service") if run_dir else None)
+            return
+        probes = run_probes(base_url, keys[0], server.url)
         cpu_before = stack_cpu(run_dir) if run_dir else {}
         own_before = time.process_time()
         service_pid = pid_of(run_dir, "service") if run_dir else None
@@ -332,8 +411,9 @@ def main(argv: list[str] | None = None) -> None:
             jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
         counters = {k: v - counters_before.get(k, 0.0)
                     for k, v in service_counters(base_url).items()}
-        threads = ({k: v - threads_before.get(k, 0.0)
-                    for k, v in thread_cpu(service_pid).items()} if service_pid else {})
+        threads = (by_thread_name({k: v - threads_before.get(k, 0.0)
+                                   for k, v in thread_cpu(service_pid).items()},
+                                  python_thread_names(service_pid)) if service_pid else {})
         unwanted = (unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)[0]
                     if service_pid else None)
         cpu_after = stack_cpu(run_dir) if run_dir else {}
@@ -402,19 +482,45 @@ def service_counters(base_url: str) -> dict[str, float]:
     return out
 
 
-def thread_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds (user + system) of each thread of ``pid`` so far, summed by thread name
-    with its trailing digits and separators dropped (``asr_0`` and ``asr_1``: ``asr``)."""
+def thread_cpu(pid: int) -> dict[tuple[int, str], float]:
+    """CPU seconds (user + system) of each thread of ``pid`` so far, by thread id and the
+    kernel's name for it."""
     tick = os.sysconf("SC_CLK_TCK")
-    out: dict[str, float] = {}
+    out: dict[tuple[int, str], float] = {}
     for task in Path(f"/proc/{pid}/task").glob("*"):
         try:
             raw = (task / "stat").read_text()
         except OSError:
             continue
-        name = raw[raw.index("(") + 1:raw.rindex(")")].rstrip("0123456789_-:.") or "?"
         fields = raw[raw.rindex(")") + 2:].split()
-        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+        name = raw[raw.index("(") + 1:raw.rindex(")")]
+        out[(int(task.name), name)] = (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+def python_thread_names(pid: int) -> dict[int, str]:
+    """Python's names of the threads of ``pid`` (``MainThread``, ``clickhouse_0``, ...), from
+    one ``py-spy dump`` where py-spy is installed (the kernel names them all ``python``);
+    empty otherwise."""
+    spy = os.environ.get("PY_SPY") or shutil.which("py-spy")
+    if not spy:
+        return {}
+    try:
+        dump = subprocess.run([spy, "dump", "--pid", str(pid)], capture_output=True,
+                              text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return {}
+    found = re.findall(r'^Thread (\d+) \([^)]*\): "([^"]*)"', dump, re.MULTILINE)
+    return {int(tid): name for tid, name in found}
+
+
+def by_thread_name(cpu: dict[tuple[int, str], float], names: dict[int, str]) -> dict[str, float]:
+    """CPU seconds summed by thread name (Python's where known, else the kernel's), its
+    trailing digits and separators dropped (``asr_0`` and ``asr_1``: ``asr``)."""
+    out: dict[str, float] = {}
+    for (tid, kernel_name), seconds in cpu.items():
+        name = names.get(tid, kernel_name).rstrip("0123456789_-:.") or "?"
+        out[name] = out.get(name, 0.0) + seconds
     return out
 
 
