@@ -22,7 +22,7 @@ from schemas.errors import (A5sError, FileNotFound, IdempotencyConflict, Invalid
                             ModelAccessDenied, NotFound, QueueFull, RateLimited,
                             UsageLimitReached)
 from schemas.records import Canceled, JobSpec, Submitted, TranscriptResult
-from schemas.rows import TranscriptRow, usage_of_request
+from schemas.rows import TranscriptRow, UsageEventRow
 from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.objects import JobFiles, upload_key
@@ -138,22 +138,19 @@ class JobService:
             if body.webhook_auth_header_value is not None:
                 await ctx.redis.set_webhook_auth(tid, body.webhook_auth_header_value)
             await self.transcripts.insert(row)
-            # The request's usage event rides on the record to the usage writer (batched
-            # into ClickHouse), pending in Redis until then: this client's next
-            # GET /v1/usage counts it. Pending first, so the writer drops what it stores.
-            await self.transcripts.pend_usage(usage_of_request(row))
             await publish(ctx, ACCOUNT_EVENTS, account.id, Submitted(
-                account_id=account.id, transcript_id=tid, at=now, limits=account.limits,
-                key_id=row.key_id))
+                account_id=account.id, transcript_id=tid, at=now, limits=account.limits))
         except A5sError:
             await self._withdraw(row)
             raise
+        await self.transcripts.record_usage(UsageEventRow(
+            event_id=f"{tid}:request", account_id=account.id, key_id=who.key.key_id,
+            model=ASYNC_MODEL, kind="request", at=now, transcript_id=tid))
         return Transcript.model_validate(row.summary().model_dump())
 
     async def _withdraw(self, row: TranscriptRow) -> None:
         log.warning("withdrawing %s: its submission could not be published", row.id)
         for step in (self.transcripts.change(row.id, "deleted", account_id=row.account_id),
-                     self.transcripts.unpend_usage(usage_of_request(row)),
                      self.ctx.redis.dequeue(row.account_id, row.id),
                      self.ctx.objects.delete_prefix(JobFiles(row.id).prefix),
                      self._release_upload(row.file_id)):

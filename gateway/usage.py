@@ -6,12 +6,6 @@ Events come from ``usage_events`` (one row per event, deduplicated by ``event_id
 audio seconds). A ``stream`` event counts as one request and one completed, so both
 models report the same four figures.
 
-A batch job's ``request`` and outcome events reach ``usage_events`` through the usage
-writer, in batches (docs/job-path.md); until then they are pending in Redis, and each
-answer adds the pending ones in its window to what ClickHouse holds (leaving out of the
-query any event pending, which the writer may have stored already), so a client's own
-request and a job it has seen end are counted at once, and once.
-
 The window is ``days`` calendar days ending today in ``timezone``; days start at local
 midnight (``toDate(at, tz)`` in ClickHouse). ``daily`` is dense: one row per date and
 model, zeros included, dates ascending, the batch model first within a date.
@@ -22,19 +16,15 @@ from __future__ import annotations
 import zoneinfo
 from datetime import UTC, date, datetime, timedelta
 from functools import lru_cache
-from typing import Any
 
 from schemas.api import (ASYNC_MODEL, MODELS, STREAMING_MODEL, Usage, UsageByKey, UsageDay,
                          UsageModelRef, UsageTotals)
 from schemas.errors import InvalidRequest
-from schemas.rows import UsageEventRow
 from stores.context import Context
-from stores.transcripts import Transcripts
 
 from .base import BaseHandler
 
-__all__ = ["UsageHandler", "UsageService", "parse_usage_query", "add_pending", "DEFAULT_DAYS",
-           "MAX_DAYS"]
+__all__ = ["UsageHandler", "UsageService", "parse_usage_query", "DEFAULT_DAYS", "MAX_DAYS"]
 
 DEFAULT_DAYS = 30
 MAX_DAYS = 90
@@ -49,7 +39,6 @@ SELECT toString(toDate(at, {tz:String})) AS day, model,
 FROM {db}.usage_events FINAL
 WHERE account_id = {a:String} AND toDate(at, {tz:String}) >= toDate({start:String})
   AND toDate(at, {tz:String}) <= toDate({end:String})
-  AND event_id NOT IN {pending:Array(String)}
 GROUP BY day, model
 """
 _BY_KEY = """
@@ -59,7 +48,6 @@ SELECT key_id, model,
 FROM {db}.usage_events FINAL
 WHERE account_id = {a:String} AND toDate(at, {tz:String}) >= toDate({start:String})
   AND toDate(at, {tz:String}) <= toDate({end:String})
-  AND event_id NOT IN {pending:Array(String)}
 GROUP BY key_id, model
 ORDER BY key_id, model
 """
@@ -86,33 +74,6 @@ def parse_usage_query(days: str | None, timezone: str | None) -> tuple[int, str]
     return n, tz
 
 
-def add_pending(daily: dict[tuple[str, str], dict[str, Any]], by_key: list[dict[str, Any]],
-                pending: list[UsageEventRow], tz: str, start: date, end: date,
-                ) -> list[dict[str, Any]]:
-    """Adds the pending events dated ``start``..``end`` in ``tz`` to the query's rows:
-    ``daily`` by (day, model) in place, ``by_key`` returned with them, sorted as the query
-    sorts it. The query left every pending event out, so each is counted once."""
-    zone = zoneinfo.ZoneInfo(tz)
-    keys = {(r["key_id"], r["model"]): dict(r) for r in by_key}
-    for e in pending:
-        day = e.at.astimezone(zone).date()
-        if not start <= day <= end:
-            continue
-        request = e.kind in ("request", "stream")
-        completed = e.kind in ("completed", "stream")
-        seconds = e.audio_seconds if completed else 0.0
-        d = daily.setdefault((day.isoformat(), e.model), {})
-        d["requests"] = int(d.get("requests", 0)) + request
-        d["completed"] = int(d.get("completed", 0)) + completed
-        d["failed"] = int(d.get("failed", 0)) + (e.kind == "failed")
-        d["audio_seconds"] = float(d.get("audio_seconds", 0.0)) + seconds
-        k = keys.setdefault((e.key_id, e.model), {"key_id": e.key_id, "model": e.model,
-                                                  "requests": 0, "audio_seconds": 0.0})
-        k["requests"] = int(k["requests"]) + request
-        k["audio_seconds"] = float(k["audio_seconds"]) + seconds
-    return [keys[k] for k in sorted(keys)]
-
-
 class UsageService:
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
@@ -121,12 +82,9 @@ class UsageService:
                     today: date | None = None) -> Usage:
         today = today or datetime.now(UTC).astimezone(zoneinfo.ZoneInfo(tz)).date()
         start = today - timedelta(days=days - 1)
-        pending = await Transcripts(self.ctx.ch, self.ctx.redis).pending_usage(account_id)
         params = {"a": account_id, "tz": tz, "start": start.isoformat(),
-                  "end": today.isoformat(), "pending": [e.event_id for e in pending]}
+                  "end": today.isoformat()}
         found = {(r["day"], r["model"]): r for r in await self.ctx.ch.query(_DAILY, params)}
-        by_key_rows = add_pending(found, await self.ctx.ch.query(_BY_KEY, params), pending, tz,
-                                  start, today)
         daily, totals = [], {m: UsageTotals() for m in _MODEL_IDS}
         for offset in range(days):
             day = (start + timedelta(days=offset)).isoformat()
@@ -146,7 +104,7 @@ class UsageService:
         by_key = [UsageByKey(key_id=r["key_id"], name=names.get(r["key_id"], ""),
                              model=r["model"], requests=int(r["requests"]),
                              audio_seconds=round(float(r["audio_seconds"]), 3))
-                  for r in by_key_rows]
+                  for r in await self.ctx.ch.query(_BY_KEY, params)]
         return Usage(timezone=tz, start_date=start.isoformat(), end_date=today.isoformat(),
                      models=[UsageModelRef(id=m.id, name=m.name) for m in MODELS.data],
                      daily=daily, totals=totals, by_key=by_key)

@@ -25,7 +25,7 @@ import faust
 from schemas.errors import JobErrorCode, JobFailed
 from schemas.api import STREAMING_MODEL
 from schemas.records import Submitted
-from schemas.rows import UsageEventRow, usage_of
+from schemas.rows import UsageEventRow
 from schemas.settings import Settings
 from stores.context import Context
 from stores.retention import SWEEP_INTERVAL_S, sweep_once
@@ -47,12 +47,6 @@ from .webhooks import SCAN_INTERVAL_S, WebhookScheduler, WebhookSender
 __all__ = ["create_app", "Pipeline", "resolve"]
 
 log = logging.getLogger("a5s.pipeline")
-
-USAGE_BATCH = 500
-"""Account events the usage writer takes at most per ClickHouse insert."""
-USAGE_WITHIN_S = 1.0
-"""How long it gathers them: the most an event waits, and how much longer the offsets of
-the account events it holds wait to be committed."""
 
 
 def create_app(settings: Settings) -> faust.App:
@@ -188,37 +182,6 @@ class Pipeline:
         self.accounts_node = item
         self.accounts_ports = self.ports(item)
         self._agent(item, self.on_account_event, retries=None)
-
-    def install_usage(self, item: Node) -> None:
-        """The usage writer: a second agent on the account events (Faust hands each record
-        to both, and commits its offset once both have acknowledged it). It takes the
-        records of up to ``USAGE_WITHIN_S`` at once and writes the usage events they carry
-        in one insert, retried until it succeeds, before acknowledging them: a crash
-        replays the batch, whose events replace themselves."""
-        spec = item.reads[0]
-
-        async def agent(stream: Any) -> None:
-            async for raws in stream.take(USAGE_BATCH, within=USAGE_WITHIN_S):
-                events = [e for e in (usage_of(spec.decode(raw)) for raw in raws)
-                          if e is not None]
-                await self.write_usage(events)
-
-        agent.__name__ = agent.__qualname__ = item.name
-        self.app.agent(self.topic(spec), name=f"a5s.{item.name}")(agent)
-
-    async def write_usage(self, events: list[UsageEventRow]) -> None:
-        attempt = 0
-        while True:
-            try:
-                await self.transcripts.write_usage(events)
-                return
-            except asyncio.CancelledError:
-                raise
-            except Exception as exc:  # ClickHouse or Redis away: the batch waits for them
-                attempt += 1
-                log.warning("usage: writing %d events failed (attempt %d): %r", len(events),
-                            attempt, exc, exc_info=attempt == 1)
-                await asyncio.sleep(min(30.0, 0.5 * 2 ** attempt))
 
     def install_reconcile(self, item: Node) -> None:
         self.reconciler = Reconciler(self.app, self.ctx, self.accounts, self.publisher(item))

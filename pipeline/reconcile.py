@@ -125,11 +125,9 @@ class Reconciler:
             account = await self.ctx.accounts.get(row.account_id)
             log.warning("reconcile %s: accepted %s but never seen by the accounts agent; "
                         "submitting it again", row.id, row.created_at.isoformat())
-            # With its request's usage event (``<id>:request``, the same as the gateway's):
-            # the record it replaces may have been lost before the usage writer stored it.
             await self.publish(ACCOUNT_EVENTS, row.account_id, Submitted(
                 account_id=row.account_id, transcript_id=row.id, at=row.created_at,
-                limits=account.limits, key_id=row.key_id))
+                limits=account.limits))
         return [row.id for row in lost]
 
     async def resume_processing(self, skip: set[str] | frozenset[str] = frozenset()

@@ -62,9 +62,6 @@ class Submitted(Record):
     transcript_id: str
     at: Timestamp
     limits: AccountLimits
-    key_id: str | None = None
-    """Set when the record carries the job's ``request`` usage event (``schemas.rows.usage_of``),
-    which the usage writer stores in ClickHouse; ``None`` on records written before."""
 
 
 class Canceled(Record):
@@ -94,10 +91,6 @@ class Finished(_Outcome):
     """The job's result is stored; the accounts agent counts it, then settles it."""
 
     kind: Literal["finished"] = "finished"
-    key_id: str | None = None
-    usage_at: Timestamp | None = None
-    """Both set when the record carries the job's outcome usage event (``schemas.rows.usage_of``):
-    finalize's record of the outcome, not a re-announcement of a recorded one."""
 
 
 class LimitsChanged(Record):

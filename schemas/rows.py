@@ -8,12 +8,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, field_validator
 
-from .api import (ASYNC_MODEL, AccountModels, AsyncModelEntry, JobError, StreamingModelEntry,
+from .api import (AccountModels, AsyncModelEntry, JobError, StreamingModelEntry,
                   TranscriptSummary, UsageLimit)
-from .records import AccountLimits, Finished, Submitted
+from .records import AccountLimits
 
 __all__ = ["AccountRow", "ApiKeyRow", "TranscriptRow", "UsageEventRow", "STATE_RANK",
-           "version_for", "as_utc", "usage_of", "usage_of_request"]
+           "version_for", "as_utc"]
 
 STATE_RANK = {"queued": 1, "processing": 2, "completed": 3, "error": 3, "deleted": 9}
 
@@ -144,36 +144,3 @@ class UsageEventRow(_Row):
     at: datetime
     audio_seconds: float = 0.0
     transcript_id: str = ""
-
-
-def usage_of(event: object) -> UsageEventRow | None:
-    """The batch usage event an account event carries, if any: a job's ``request``
-    (``<id>:request``, on its ``Submitted``) or its outcome (``<id>:finished``, on finalize's
-    ``Finished``). Event ids are per job, so a replayed record writes the same event."""
-    if isinstance(event, Submitted) and event.key_id is not None:
-        return _request(event.transcript_id, event.account_id, event.key_id, event.at)
-    if isinstance(event, Finished) and event.key_id is not None and event.usage_at is not None:
-        completed = event.status == "completed"
-        return UsageEventRow(event_id=f"{event.transcript_id}:finished",
-                             account_id=event.account_id, key_id=event.key_id,
-                             model=ASYNC_MODEL, kind="completed" if completed else "failed",
-                             at=_ms(event.usage_at),
-                             audio_seconds=(event.duration or 0.0) if completed else 0.0,
-                             transcript_id=event.transcript_id)
-    return None
-
-
-def usage_of_request(row: TranscriptRow) -> UsageEventRow:
-    """The ``request`` event of a job (what its ``Submitted`` carries)."""
-    return _request(row.id, row.account_id, row.key_id, row.created_at)
-
-
-def _request(transcript_id: str, account_id: str, key_id: str, at: datetime) -> UsageEventRow:
-    return UsageEventRow(event_id=f"{transcript_id}:request", account_id=account_id,
-                         key_id=key_id, model=ASYNC_MODEL, kind="request", at=_ms(at),
-                         transcript_id=transcript_id)
-
-
-def _ms(at: datetime) -> datetime:
-    """To the millisecond, as ClickHouse keeps it and a record carries it."""
-    return at.replace(microsecond=at.microsecond // 1000 * 1000)

@@ -21,8 +21,7 @@ from redis import exceptions as redis_exc
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
 from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, TRANSCRIPT,
-                                   TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM, USAGE_PENDING,
-                                   WEBHOOK_AUTH)
+                                   TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM, WEBHOOK_AUTH)
 
 __all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
 
@@ -424,27 +423,3 @@ class RedisStore:
 
     async def release_upload(self, file_id: str) -> None:
         await self.delete(*UPLOAD_CLAIM.key(file_id))
-
-    async def usage_pend(self, account_id: str, event_id: str, row_json: str) -> None:
-        """A usage event the client may now see, before the usage writer has it in
-        ClickHouse (one round trip; the account's hash lives ``USAGE_PENDING.ttl_s``)."""
-        key = self.k(*USAGE_PENDING.key(account_id))
-        async with map_redis_errors():
-            await (self.client.pipeline(transaction=True).hset(key, event_id, row_json)
-                   .pexpire(key, int((USAGE_PENDING.ttl_s or 0) * 1000)).execute())
-
-    async def usage_pending(self, account_id: str) -> list[str]:
-        """The account's pending usage events (rows as JSON)."""
-        async with map_redis_errors():
-            return list(await self.client.hvals(self.k(*USAGE_PENDING.key(account_id))))
-
-    async def usage_written(self, event_ids: dict[str, list[str]]) -> None:
-        """After the usage writer's insert: drop those events (account id -> event ids), one
-        round trip for the batch."""
-        if not event_ids:
-            return
-        pipe = self.client.pipeline(transaction=False)
-        for account_id, ids in event_ids.items():
-            pipe.hdel(self.k(*USAGE_PENDING.key(account_id)), *ids)
-        async with map_redis_errors():
-            await pipe.execute()

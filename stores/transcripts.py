@@ -436,43 +436,6 @@ class Transcripts:
     async def record_usage(self, event: UsageEventRow) -> None:
         await self.ch.insert("usage_events", [event.model_dump()])
 
-    # --- batch usage events: carried by account events, written in batches -----------------
-
-    async def pend_usage(self, event: UsageEventRow) -> None:
-        """A batch job's usage event the client may see before the usage writer has stored
-        it (``write_usage``): kept in Redis, where ``pending_usage`` finds it. Without Redis
-        it is written to ClickHouse at once (the writer's later insert replaces it)."""
-        if self.redis is None:
-            await self.record_usage(event)
-            return
-        await self.redis.usage_pend(event.account_id, event.event_id, event.model_dump_json())
-
-    async def unpend_usage(self, event: UsageEventRow) -> None:
-        """An event that will not be written after all (its submission was withdrawn)."""
-        if self.redis is not None:
-            await self.redis.usage_written({event.account_id: [event.event_id]})
-
-    async def pending_usage(self, account_id: str) -> list[UsageEventRow]:
-        """The account's events not known to be in ClickHouse yet (some may be: the writer
-        drops them after its insert)."""
-        if self.redis is None:
-            return []
-        return [UsageEventRow.model_validate_json(raw)
-                for raw in await self.redis.usage_pending(account_id)]
-
-    async def write_usage(self, events: Sequence[UsageEventRow]) -> None:
-        """The usage writer's batch: one insert (a part) for all of them, then they are no
-        longer pending. Re-writing an event replaces it (``usage_events`` keeps one row per
-        event id), so a replayed batch counts nothing twice."""
-        if not events:
-            return
-        await self.ch.insert("usage_events", [e.model_dump() for e in events])
-        if self.redis is not None:
-            written: dict[str, list[str]] = {}
-            for e in events:
-                written.setdefault(e.account_id, []).append(e.event_id)
-            await self.redis.usage_written(written)
-
     @staticmethod
     def metadata_json(metadata: dict[str, Any]) -> str:
         return json.dumps(metadata, separators=(",", ":"))

@@ -9,7 +9,6 @@ handler), a node's publish function refuses a topic the node does not declare in
     accounts ──admissions──► chunk ──chunks──► transcribe ──transcribed──► diarize ──outcomes──► finalize
     decode/chunk/transcribe/diarize ──outcomes (failed)──► finalize
     finalize ──account-events (finished)──► accounts ──settled──► publish
-    gateway/finalize/reconcile ──account-events (submitted, finished: usage events)──► usage ──► ClickHouse
     publish ──webhooks──► webhooks (a timer retries on schedule);  publish ──transcripts.completed──► data engineers
     reconcile (timer) ──account-events (submitted again) / dispatch (resumed)──► accounts / decode
 
@@ -105,11 +104,10 @@ GRAPH: tuple[Node, ...] = (
          objects_written=(O.UPLOAD, O.SPEC), objects_read=(O.UPLOAD,),
          objects_deleted=O.OBJECT_KEYS,
          redis_read=(R.LEDGER, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE, R.IDEMPOTENCY,
-                     R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.TRANSCRIPT, R.TRANSCRIPT_LIST,
-                     R.USAGE_PENDING),
+                     R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.TRANSCRIPT, R.TRANSCRIPT_LIST),
          redis_written=(R.CANCELED, R.WEBHOOK_AUTH, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE,
                         R.IDEMPOTENCY, R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.TRANSCRIPT,
-                        R.TRANSCRIPT_LIST, R.USAGE_PENDING),
+                        R.TRANSCRIPT_LIST),
          clickhouse=True),
     Node("accounts", "service",
          "single writer of per-account state: FIFO queue, processing slots, usage ledger",
@@ -118,11 +116,6 @@ GRAPH: tuple[Node, ...] = (
          redis_read=(R.TRANSCRIPT,),
          redis_written=(R.LEDGER, R.QUEUED, R.TRANSCRIPT, R.TRANSCRIPT_LIST),
          clickhouse=True),
-    Node("usage", "service",
-         "writes the usage events that account events carry (a job's request and outcome) "
-         "to ClickHouse, many jobs' in one insert",
-         handler="pipeline.app:Pipeline.install_usage",
-         reads=(ACCOUNT_EVENTS,), redis_written=(R.USAGE_PENDING,), clickhouse=True),
     Node("reconcile", "service",
          "timer: submits again accepted jobs the accounts agent never saw, and re-dispatches "
          "the jobs its recovered ledger holds as processing",
@@ -153,11 +146,11 @@ GRAPH: tuple[Node, ...] = (
          objects_read=(O.AUDIO, O.SPEECH, O.WORDS, O.SPEC, O.RESULT),
          objects_written=(O.RESULT,), redis_read=(R.CANCELED,)),
     Node("finalize", "stage",
-         "one write of the result; the usage event rides with the outcome to the ledger",
+         "one write of the result and the usage event; asks the ledger to count it",
          handler="pipeline.stages.finalize:run", retry_forever=True,
          reads=(OUTCOMES,), writes=(ACCOUNT_EVENTS,),
          objects_read=(O.RESULT,), objects_deleted=O.OBJECT_KEYS,
-         redis_read=(R.TRANSCRIPT,), redis_written=(R.TRANSCRIPT, R.USAGE_PENDING),
+         redis_read=(R.TRANSCRIPT,), redis_written=(R.TRANSCRIPT,),
          clickhouse=True),
     Node("publish", "stage",
          "makes the outcome visible, publishes it, schedules the webhook, cleans up",

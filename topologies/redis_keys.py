@@ -15,7 +15,7 @@ from typing import Literal
 
 __all__ = ["RedisKey", "REDIS_KEYS", "CANCELED", "WEBHOOK_AUTH", "LEDGER", "QUEUED", "UPLOAD",
            "UPLOAD_CLAIM", "LIVE", "IDEMPOTENCY", "RATE", "RETENTION_LOCK", "ACCOUNT_CACHE",
-           "KEY_CACHE", "TRANSCRIPT", "TRANSCRIPT_LIST", "USAGE_PENDING"]
+           "KEY_CACHE", "TRANSCRIPT", "TRANSCRIPT_LIST"]
 
 
 @dataclass(frozen=True)
@@ -71,12 +71,6 @@ TRANSCRIPT_LIST = RedisKey("transcripts", ("account_id",), "hash",
                            "every row writer; the gateway reuses a list page while it holds "
                            "(docs/job-path.md)")
 
-USAGE_PENDING = RedisKey("usage-pending", ("account_id",), "hash",
-                         "an account's batch usage events not yet known to be in ClickHouse "
-                         "(event id -> row): written before the client can see them, dropped "
-                         "by the usage writer after its insert; GET /v1/usage adds them "
-                         "(docs/job-path.md)", ttl_s=7 * 86400)
-
 REDIS_KEYS: tuple[RedisKey, ...] = (CANCELED, WEBHOOK_AUTH, LEDGER, QUEUED, UPLOAD, UPLOAD_CLAIM,
                                     LIVE, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,
-                                    KEY_CACHE, TRANSCRIPT, TRANSCRIPT_LIST, USAGE_PENDING)
+                                    KEY_CACHE, TRANSCRIPT, TRANSCRIPT_LIST)

@@ -1,8 +1,7 @@
-"""finalize: one write of the result; the usage event rides to the ledger and the usage writer.
+"""finalize: one write of the result and the usage event, then the ledger counts the job.
 
 The transcript stays ``processing`` until the accounts agent has counted it
-(``settled``), so a client that sees ``completed`` also sees its usage (pending in Redis
-until the usage writer's batch has it in ClickHouse).
+(``settled``), so a client that sees ``completed`` also sees its usage.
 """
 
 from __future__ import annotations
@@ -12,9 +11,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
 
+from schemas.api import ASYNC_MODEL
 from schemas.errors import JobErrorCode
 from schemas.records import Finished, JobOutcome, TranscriptResult
-from schemas.rows import TranscriptRow, UsageEventRow, usage_of
+from schemas.rows import TranscriptRow, UsageEventRow
 from stores.objects import ObjectMissing
 from topologies.topics import ACCOUNT_EVENTS
 
@@ -57,16 +57,17 @@ def without_result(outcome: JobOutcome) -> JobOutcome:
 
 def usage_event(row: TranscriptRow, outcome: JobOutcome, now: datetime) -> UsageEventRow:
     """One per job (``<id>:finished``): a replay writes the same event id."""
-    event = usage_of(finished(row, outcome, now))
-    assert event is not None
-    return event
+    completed = outcome.status == "completed"
+    return UsageEventRow(
+        event_id=f"{row.id}:finished", account_id=row.account_id, key_id=row.key_id,
+        model=ASYNC_MODEL, kind="completed" if completed else "failed", at=now,
+        audio_seconds=(outcome.duration or 0.0) if completed else 0.0, transcript_id=row.id)
 
 
-def finished(row: TranscriptRow, outcome: JobOutcome, now: datetime) -> Finished:
-    """The outcome for the ledger, carrying the job's usage event to the usage writer."""
+def finished(row: TranscriptRow, outcome: JobOutcome) -> Finished:
     return Finished(account_id=row.account_id, transcript_id=row.id, status=outcome.status,
                     duration=outcome.duration, error_code=outcome.error_code,
-                    error_message=outcome.error_message, key_id=row.key_id, usage_at=now)
+                    error_message=outcome.error_message)
 
 
 def recorded(row: TranscriptRow) -> Finished:
@@ -99,8 +100,5 @@ async def run(ports: Ports, outcome: JobOutcome) -> None:
             outcome = without_result(outcome)
         else:
             await ports.transcripts.save_result(row, TranscriptResult.model_validate_json(raw))
-    # The usage event rides on the record to the usage writer (one ClickHouse insert for
-    # many jobs); pending in Redis before the ledger can count the job, so a client that
-    # sees it completed also sees its usage (``GET /v1/usage`` adds what is pending).
-    await ports.transcripts.pend_usage(usage_event(row, outcome, now))
-    await ports.publish(ACCOUNT_EVENTS, row.account_id, finished(row, outcome, now))
+    await ports.transcripts.record_usage(usage_event(row, outcome, now))
+    await ports.publish(ACCOUNT_EVENTS, row.account_id, finished(row, outcome))

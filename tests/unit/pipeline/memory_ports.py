@@ -37,7 +37,6 @@ class MemoryTranscripts:
         self.results: dict[str, TranscriptResult] = {}
         self.usage: dict[str, UsageEventRow] = {}
         self.usage_writes = 0
-        self.usage_batches: list[list[str]] = []
 
     async def get(self, transcript_id: str, account_id: str | None = None, *,
                   include_deleted: bool = False) -> TranscriptRow | None:
@@ -71,13 +70,9 @@ class MemoryTranscripts:
     async def result(self, transcript_id: str, account_id: str) -> TranscriptResult | None:
         return self.results.get(transcript_id)
 
-    async def pend_usage(self, event: UsageEventRow) -> None:
+    async def record_usage(self, event: UsageEventRow) -> None:
         self.usage_writes += 1
         self.usage[event.event_id] = event  # a ReplacingMergeTree keeps one per event id
-
-    async def write_usage(self, events: list[UsageEventRow]) -> None:
-        """The usage writer's batch (one insert each)."""
-        self.usage_batches.append([e.event_id for e in events])
 
 
 class MemoryFlags:

@@ -16,8 +16,8 @@ import pytest
 
 from memory_ports import T0, FakeModels, MemoryFlags, MemoryTranscripts
 from pipeline.app import Pipeline, create_app, resolve
-from schemas.records import (AccountLimits, Dispatch, DurationKnown, Finished, JobOutcome,
-                             JobSpec, Submitted, TranscriptResult, WebhookDue)
+from schemas.records import (Dispatch, DurationKnown, Finished, JobOutcome, JobSpec,
+                             TranscriptResult, WebhookDue)
 from schemas.rows import TranscriptRow
 from schemas.settings import Settings
 from stores.metrics import Metrics
@@ -119,25 +119,6 @@ async def test_a_record_reaches_its_stage_and_publishes_to_the_declared_topic(
     [(topic, event)] = wired.published()
     assert topic == "account-events" and isinstance(event, Finished)
     assert event.status == "completed"
-
-
-async def test_the_usage_writer_stores_the_usage_events_account_events_carry(
-        tmp_path: Path) -> None:
-    wired = Wired(tmp_path)
-    wired.pipeline.register({"accounts", "usage"})
-    limits = AccountLimits(usage_limit_seconds=100)
-    records = [Submitted(account_id="acct", transcript_id="tr_1", at=T0, limits=limits,
-                         key_id="k"),
-               Submitted(account_id="acct", transcript_id="tr_0", at=T0, limits=limits),
-               Finished(account_id="acct", transcript_id="tr_1", status="completed",
-                        duration=2.5, key_id="k", usage_at=T0),
-               Finished(account_id="acct", transcript_id="tr_0", status="error")]
-    async with wired.app.agents["a5s.usage"].test_context() as agent:
-        for record in records:
-            await agent.put(record.model_dump_json().encode())
-    # Records from before (no key) and re-announced outcomes carry none.
-    assert sum(wired.transcripts.usage_batches, []) == ["tr_1:request", "tr_1:finished"]
-    assert len(wired.transcripts.usage_batches) < len(records)
 
 
 async def test_a_job_error_in_a_stage_becomes_an_error_outcome(tmp_path: Path) -> None:
