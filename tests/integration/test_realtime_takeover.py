@@ -11,7 +11,6 @@ pause is allowed), never lose text it was shown, and get the complete final tran
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import os
 import re
@@ -25,12 +24,12 @@ import jiwer
 import pytest
 import websockets
 
-from ops.stack import EVAL, Stack
+from ops.stack import Stack
+
+from .live_conversation import FRAME, pcm_of, reference_of, started, words
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(600)]
 
-CONVERSATION = EVAL / "synthetic" / "conv01_support_call.wav"
-FRAME = 640
 OPENED = re.compile(r"realtime: session (\S+) opened on partition \d+ by process (\d+)")
 
 
@@ -42,10 +41,6 @@ def two_workers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s.start()
     yield s
     s.stop()
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
 
 
 def worker_pids(stack: Stack) -> set[int]:
@@ -67,13 +62,6 @@ def holder(logs: list[Path], since: list[int]) -> tuple[str, int] | None:
     return (found[-1][0], int(found[-1][1])) if found else None
 
 
-def pcm_of(path: Path) -> bytes:
-    from pipeline.audio import decode_to_pcm
-    out = io.BytesIO()
-    decode_to_pcm(path, out)
-    return out.getvalue()
-
-
 def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) -> None:
     stack = two_workers
     key = stack.new_account()[1]
@@ -88,10 +76,8 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
         time.sleep(1)
     extra = worker_pids(stack)
     logs = [log, worker_log]
-    pcm = pcm_of(CONVERSATION)
-    reference = " ".join(t["text"] for t in sorted(
-        json.loads(CONVERSATION.with_suffix(".json").read_text())["turns"],
-        key=lambda t: t["start"]))
+    pcm = pcm_of()
+    reference = reference_of()
 
     async def session(attempt: int) -> dict[str, Any] | None:
         """Stream the conversation; None when the session did not land on the extra worker."""
@@ -100,10 +86,7 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
         killed_at: float | None = None
         async with websockets.connect(stack.ws_url, max_size=None,
                                       additional_headers={"Authorization": f"Bearer {key}"}) as ws:
-            await ws.send(json.dumps({"type": "start"}))
-            while json.loads(await ws.recv())["type"] != "ready":
-                pass
-            t0 = time.monotonic()
+            t0 = await started(ws)
 
             async def reader() -> None:
                 async for raw in ws:

@@ -11,9 +11,7 @@ audio goes too.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
-import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,12 +21,12 @@ import pytest
 import websockets
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from ops.stack import EVAL, Stack
+from ops.stack import Stack
+
+from .live_conversation import FRAME, pcm_of, reference_of, started, words
 
 pytestmark = [pytest.mark.stack, pytest.mark.timeout(400)]
 
-CONVERSATION = EVAL / "synthetic" / "conv01_support_call.wav"
-FRAME = 640
 KEEP_S = 30
 
 
@@ -42,10 +40,6 @@ def trimming(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     s.start()
     yield s
     s.stop()
-
-
-def words(text: str) -> list[str]:
-    return re.sub(r"[^a-z0-9' ]+", " ", text.lower().replace("-", " ")).split()
 
 
 async def log_starts(stack: Stack) -> dict[str, int]:
@@ -70,29 +64,17 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
     return consumer.partitions_for_topic(topic) or {0}
 
 
-def pcm_of() -> bytes:
-    from pipeline.audio import decode_to_pcm
-    out = io.BytesIO()
-    decode_to_pcm(CONVERSATION, out)
-    return out.getvalue()
-
-
 def test_a_live_sessions_audio_is_kept_and_the_rest_deleted(trimming: Stack) -> None:
     stack = trimming
     key = stack.new_account()[1]
     pcm = pcm_of()
-    reference = " ".join(t["text"] for t in sorted(
-        json.loads(CONVERSATION.with_suffix(".json").read_text())["turns"],
-        key=lambda t: t["start"]))
+    reference = reference_of()
 
     async def session() -> dict[str, Any]:
         got: list[dict[str, Any]] = []
         async with websockets.connect(stack.ws_url, max_size=None,
                                       additional_headers={"Authorization": f"Bearer {key}"}) as ws:
-            await ws.send(json.dumps({"type": "start"}))
-            while json.loads(await ws.recv())["type"] != "ready":
-                pass
-            t0 = time.monotonic()
+            t0 = await started(ws)
 
             async def reader() -> None:
                 async for raw in ws:
