@@ -28,8 +28,8 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import tornado.websocket
@@ -55,6 +55,8 @@ from .realtime_session import BYTES_PER_MS, Reply, SessionState, StreamSession, 
 __all__ = ["StreamSocket", "SUBPROTOCOL", "KEY_SUBPROTOCOL", "stream_error", "language_tag"]
 
 log = logging.getLogger("a5s.gateway.realtime")
+
+T = TypeVar("T")
 
 SUBPROTOCOL = "a5s.v1"
 KEY_SUBPROTOCOL = "a5s.key."
@@ -311,15 +313,7 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         cost the next record 10 ms, median, and 65-74 ms at p95 under load). The producer
         keeps a session's records in order and retries a failed request before the
         records behind it; acknowledgements are checked here as they come."""
-        deadline = time.monotonic() + self.opts.stall_timeout_s
-        while True:
-            try:
-                self.unacked.append((record, await self.hub.enqueue(record)))
-                break
-            except (UpstreamUnavailable, UpstreamTimeout):
-                if time.monotonic() > deadline or self.state is State.closed:
-                    raise
-                await asyncio.sleep(0.5)
+        self.unacked.append((record, await self._patiently(lambda: self.hub.enqueue(record))))
         while self.unacked and self.unacked[0][1].done():
             await self._settle_oldest()
 
@@ -339,12 +333,16 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         self.unacked.popleft()
 
     async def _send(self, record: RealtimeAudio) -> int:
-        """Publish a record; a broker that is away (restarting after a worker died) is
-        waited for up to ``stall_timeout_s``: the client sees a pause, not an error."""
+        """Publish a record and wait for its acknowledgement."""
+        return await self._patiently(lambda: self.hub.send(record))
+
+    async def _patiently(self, call: Callable[[], Awaitable[T]]) -> T:
+        """``call()``, again while the broker is away (restarting after a worker died), for
+        up to ``stall_timeout_s``: the client sees a pause, not an error."""
         deadline = time.monotonic() + self.opts.stall_timeout_s
         while True:
             try:
-                return await self.hub.send(record)
+                return await call()
             except (UpstreamUnavailable, UpstreamTimeout):
                 if time.monotonic() > deadline or self.state is State.closed:
                     raise
