@@ -11,12 +11,13 @@ not processing, not recently finished) and publishes their ``submitted`` again. 
 accounts agent treats a repeated submission as a no-op, so a merely slow record is
 harmless.
 
-At process start, and again after every rebalance that changes its partitions, once its
-tables are recovered, the worker also re-dispatches every job its ledger holds as
+At process start, and again after every rebalance, once its tables are recovered (whether
+or not its partitions changed), the worker also re-dispatches every job its ledger holds as
 ``processing``. Two record losses leave such a job waiting for a record that no longer
 exists: the embedded broker (noida-db) was seen to lose the last records it had
 acknowledged when it is killed, and a running Faust worker can drop records it fetched
-while a rebalance was under way (a member of the group left mid-load). Every stage reuses
+while a rebalance was under way (a member of the group left mid-load; a group settling
+after a broker restart, rebalancing again with the same partitions). Every stage reuses
 the outputs already stored under ``jobs/<id>/`` and the ledger never counts twice, so a job
 whose records did survive is only carried to its end a second time, with the same result.
 Jobs this process dispatched itself since that assignment's tables were recovered are left
@@ -84,6 +85,10 @@ class Reconciler:
         self.partitions = ctx.settings.partitions
         self.assignment: frozenset[Any] | None = None
         """The partitions this worker held when it last re-dispatched its processing jobs."""
+        self.recoveries = 0
+        """How many times the tables were recovered (each rebalance ends with one)."""
+        self.resumed_after: int | None = None
+        """``recoveries`` when the processing jobs were last re-dispatched."""
         self.fresh: set[str] | None = set()
         """Jobs dispatched here since the tables were last recovered (process start too),
         until the next tick: the re-dispatch skips them. None between those times."""
@@ -93,6 +98,7 @@ class Reconciler:
 
     async def _on_rebalance_complete(self, *args: Any, **kwargs: Any) -> None:
         self.fresh = set()
+        self.recoveries += 1
 
     def dispatched(self, transcript_id: str) -> None:
         """The accounts agent dispatched a job (its record written after recovery)."""
@@ -104,9 +110,10 @@ class Reconciler:
             return
         try:
             assignment = frozenset(self.app.consumer.assignment())
-            if assignment != self.assignment:
+            if assignment != self.assignment or self.recoveries != self.resumed_after:
                 await self.resume_processing(skip=self.fresh or set())
                 self.assignment = assignment
+                self.resumed_after = self.recoveries
             self.fresh = None
             await self.once(datetime.now(UTC))
         except asyncio.CancelledError:

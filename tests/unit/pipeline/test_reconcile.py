@@ -129,3 +129,56 @@ async def test_jobs_dispatched_since_the_recovery_are_not_dispatched_again() -> 
     app.rebalancing = False
     await reconciler.tick()  # both are resumed: neither was dispatched since the recovery
     assert sent == ["tr_left", "tr_left", "tr_new"]
+
+
+async def test_a_rebalance_that_keeps_the_partitions_resumes_too() -> None:
+    """A group settling after a broker restart can rebalance again with the same partitions,
+    and a worker can drop the records it fetched around it: the jobs dispatched before that
+    recovery are dispatched again; those dispatched after it are left alone."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from pipeline.reconcile import Reconciler
+    from schemas.records import Dispatch
+
+    recovered = asyncio.Event()
+    recovered.set()
+    handlers: list[Any] = []
+
+    async def rebalance_complete() -> None:
+        for handler in handlers:
+            await handler(app)
+
+    app = SimpleNamespace(rebalancing=False, in_recovery=False,
+                          on_rebalance_complete=SimpleNamespace(connect=handlers.append),
+                          tables=SimpleNamespace(recovery=SimpleNamespace(completed=recovered)),
+                          consumer=SimpleNamespace(assignment=lambda: {("a5s-account-events", 0)}))
+    table: dict[str, bytes] = {}
+    sent: list[str] = []
+
+    def processing(*tids: str) -> None:
+        state = AccountState(processing={tid: Running(started_at=NOW) for tid in tids})
+        table["acct_a"] = state.model_dump_json().encode()
+
+    async def publish(spec: object, key: str, value: Dispatch) -> None:
+        sent.append(key)
+
+    async def no_lost_rows(now: datetime) -> list[str]:
+        return []
+
+    ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-", partitions=4))
+    reconciler = Reconciler(app, ctx, table, publish)  # type: ignore[arg-type]
+    reconciler.once = no_lost_rows  # type: ignore[method-assign]
+
+    await rebalance_complete()  # process start
+    processing("tr_first")
+    reconciler.dispatched("tr_first")
+    await reconciler.tick()
+    await reconciler.tick()
+    assert sent == []  # dispatched after the recovery, and nothing happened since
+    await rebalance_complete()  # the group rebalances again; the partitions stay
+    processing("tr_first", "tr_second")
+    reconciler.dispatched("tr_second")
+    await reconciler.tick()
+    await reconciler.tick()
+    assert sent == ["tr_first"]
