@@ -3,6 +3,12 @@
 Keys are shown once at creation; only their SHA-256 is stored. A revoked key's
 cache entry is dropped at once, and cache entries live 30 s at most, so a key
 revoked from any console stops working well within the spec's 60 seconds.
+
+Each process also keeps the keys it verified, with their account, under the auth
+generation it read from Redis before verifying them: a token that every key
+revocation and account change replaces (after dropping the cache entries). A kept key
+is used only while Redis holds the same token, which a request reads in one call, so a
+revoked key or a suspended account is refused on the next request to any process.
 """
 
 from __future__ import annotations
@@ -10,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import secrets
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -18,7 +25,7 @@ from schemas import ids
 from schemas.errors import InvalidRequest, NotFound
 from schemas.rows import AccountRow, ApiKeyRow
 from schemas.settings import DefaultLimits
-from topologies.redis_keys import ACCOUNT_CACHE, KEY_CACHE
+from topologies.redis_keys import ACCOUNT_CACHE, AUTH_GENERATION, KEY_CACHE
 
 from .clickhouse import ClickHouse
 from .redis import RedisStore
@@ -28,6 +35,11 @@ __all__ = ["Accounts", "hash_key", "KEY_PREFIX", "MAX_ACTIVE_KEYS"]
 KEY_PREFIX = "a5s_sk_"
 MAX_ACTIVE_KEYS = 10
 CACHE_TTL_S = 30.0
+VERIFIED_TTL_S = 10.0
+"""How long a process reuses a key it verified, at most, even under the same auth
+generation (a bound should Redis lose a newer token in a restart)."""
+VERIFIED_MAX = 10_000
+"""Keys a process keeps verified, at most (the oldest dropped first)."""
 
 
 def hash_key(plaintext: str) -> str:
@@ -44,6 +56,9 @@ class Accounts:
         self.redis = redis
         self.defaults = defaults
         self._console_lock = asyncio.Lock()
+        self._verified: dict[str, tuple[str, float, AccountRow, ApiKeyRow]] = {}
+        """Keys this process verified, by digest: (auth generation read before, when
+        (monotonic), account, key)."""
 
     # --- accounts -----------------------------------------------------------------------------
 
@@ -94,6 +109,7 @@ class Accounts:
     async def _save(self, row: AccountRow) -> None:
         await self.ch.insert("accounts", [row.model_dump()])
         await self.redis.delete(*ACCOUNT_CACHE.key(row.id))
+        await self._new_generation()
 
     # --- keys ---------------------------------------------------------------------------------
 
@@ -131,13 +147,41 @@ class Accounts:
                 row = row.model_copy(update={"revoked_at": now, "updated_at": now})
                 await self.ch.insert("api_keys", [row.model_dump()])
             await self.redis.delete(*KEY_CACHE.key(row.key_hash))
+            await self._new_generation()
             return row
+
+    async def _new_generation(self) -> None:
+        """Every process verifies its keys again on their next request (after a change of
+        a key or an account, once the caches it concerns are dropped)."""
+        self._verified.clear()
+        await self.redis.set_json(secrets.token_hex(8), *AUTH_GENERATION.key())
 
     async def authenticate(self, plaintext: str) -> tuple[AccountRow, ApiKeyRow] | None:
         """The account and key for a bearer key, or None if unknown or revoked."""
         if not plaintext.startswith(KEY_PREFIX) or len(plaintext) > 200:
             return None
         digest = hash_key(plaintext)
+        # Read before the key and account, so a change after this read moves the token.
+        generation = await self.redis.get_json(*AUTH_GENERATION.key())
+        kept = self._verified.get(digest)
+        if kept is not None and generation is not None and kept[0] == generation and \
+                time.monotonic() - kept[1] < VERIFIED_TTL_S and \
+                secrets.compare_digest(kept[3].key_hash, digest):
+            return kept[2], kept[3]
+        found = await self._verify(digest)
+        self._verified.pop(digest, None)
+        if found is not None:
+            if generation is None:  # none yet, or lost with a Redis restart: start one
+                await self.redis.set_json(secrets.token_hex(8), *AUTH_GENERATION.key(),
+                                          only_new=True)
+            else:
+                while len(self._verified) >= VERIFIED_MAX:
+                    del self._verified[next(iter(self._verified))]
+                self._verified[digest] = (generation, time.monotonic(), *found)
+        return found
+
+    async def _verify(self, digest: str) -> tuple[AccountRow, ApiKeyRow] | None:
+        """The account and key for a key's digest from the Redis caches (or ClickHouse)."""
         cached = await self.redis.get_json(*KEY_CACHE.key(digest))
         if cached is None:
             rows = await self.ch.query("SELECT * FROM {db}.api_keys FINAL WHERE key_hash = "

@@ -183,8 +183,19 @@ agent's and the gateway's): :func:`pace_empty_fetches` polls for them sooner whi
 flow."""
 
 
+def _pause(live: bool, quiet_s: float, pause_s: float, live_pause_s: float,
+           live_busy_s: float, live_idle_s: float) -> float:
+    """How long a consumer pauses after an empty fetch, ``quiet_s`` after its last record
+    (the fetch wait caps it)."""
+    if not live:
+        return pause_s
+    if quiet_s < live_busy_s:
+        return live_pause_s
+    return pause_s if quiet_s < live_idle_s else math.inf
+
+
 def pace_empty_fetches(pause_s: float = 0.05, live_pause_s: float = 0.01,
-                       live_busy_s: float = 2.0) -> None:
+                       live_busy_s: float = 2.0, live_idle_s: float = 30.0) -> None:
     """Make aiokafka consumers pause briefly after a fetch that brought nothing.
 
     A Kafka broker holds an empty fetch for up to ``fetch.max.wait.ms``; the embedded
@@ -196,7 +207,11 @@ def pace_empty_fetches(pause_s: float = 0.05, live_pause_s: float = 0.01,
     A live consumer (:data:`LIVE_CLIENT`) that received a record in the last
     ``live_busy_s`` pauses only ``live_pause_s``: with 50 ms, each of the two hops of
     live audio and transcripts waited 37-44 ms (median) under load, now 17-19 ms.
-    An idle one pauses ``pause_s`` like the others, so an idle service polls no more.
+    An idle one pauses ``pause_s`` like the others, so an idle service polls no more; one
+    that received nothing for ``live_idle_s`` (no live session on this worker or gateway)
+    pauses its ``fetch_max_wait_ms``, the wait its settings allow for a first record: the
+    realtime agent's consumer, idle through a batch workload, polled 20 times a second on
+    the event loop.
     """
     from aiokafka.consumer import consumer as consumer_module
     from aiokafka.consumer.fetcher import Fetcher
@@ -219,8 +234,9 @@ def pace_empty_fetches(pause_s: float = 0.05, live_pause_s: float = 0.01,
             if got:
                 self._records_at = started
             else:
-                busy = self._live and started - self._records_at < live_busy_s
-                wait = min(live_pause_s if busy else pause_s, self._fetch_max_wait_ms / 1000)
+                wait = min(_pause(self._live, started - self._records_at, pause_s,
+                                  live_pause_s, live_busy_s, live_idle_s),
+                           self._fetch_max_wait_ms / 1000)
                 remaining = wait - (time.monotonic() - started)
                 if remaining > 0:
                     # Cancelled here by ``Fetcher.close``, which awaits this task: end as

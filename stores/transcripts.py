@@ -51,6 +51,8 @@ LIST_REUSE_S = 30.0
 bound on staleness should a writer fail between its ClickHouse write and the stamp)."""
 LIST_ROWS_MAX = 10_000
 """Rows of the list pages kept per process, all pages together (the oldest go first)."""
+LIVE_ROWS_MAX = 1_000
+"""Live rows kept parsed per process for the list's overlay (the oldest go first)."""
 _FINAL = ("completed", "error", "deleted")
 LIVE_ONLY = frozenset({"processing"})
 """Row states kept in the read model only while it has the job's entry."""
@@ -74,6 +76,8 @@ class Transcripts:
                           tuple[str, float, tuple[TranscriptRow, ...]]] = {}
         """List pages by (account, limit, status, before): (list stamp, when, rows)."""
         self._page_rows = 0
+        self._live_rows: dict[str, TranscriptRow] = {}
+        """Live rows parsed by the list's overlay, by their JSON."""
 
     async def _store(self, row: TranscriptRow) -> None:
         """Write a row version to ClickHouse and, around it, to the read model."""
@@ -145,10 +149,21 @@ class Transcripts:
         out = list(rows)
         for i, live_json in zip(behind, lives, strict=True):
             if live_json is not None:
-                live = TranscriptRow.model_validate_json(live_json)
+                live = self._live_row(live_json)
                 if live.version > out[i].version and live.account_id == out[i].account_id:
                     out[i] = live
         return out
+
+    def _live_row(self, live_json: str) -> TranscriptRow:
+        """A live row parsed from its JSON, kept by that JSON: a polling client's list
+        calls overlay the same running jobs' rows again and again."""
+        found = self._live_rows.get(live_json)
+        if found is None:
+            found = TranscriptRow.model_validate_json(live_json)
+            if len(self._live_rows) >= LIVE_ROWS_MAX:
+                del self._live_rows[next(iter(self._live_rows))]
+            self._live_rows[live_json] = found
+        return found
 
     async def insert(self, row: TranscriptRow) -> None:
         row = row.model_copy(update={"version": version_for(row.status, row.created_at)})

@@ -15,7 +15,7 @@ from typing import Literal
 
 __all__ = ["RedisKey", "REDIS_KEYS", "CANCELED", "WEBHOOK_AUTH", "LEDGER", "QUEUED", "UPLOAD",
            "UPLOAD_CLAIM", "LIVE", "IDEMPOTENCY", "RATE", "RETENTION_LOCK", "ACCOUNT_CACHE",
-           "KEY_CACHE", "TRANSCRIPT", "TRANSCRIPT_LIST"]
+           "KEY_CACHE", "AUTH_GENERATION", "TRANSCRIPT", "TRANSCRIPT_LIST"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,9 @@ RETENTION_LOCK = RedisKey("retention-sweep", (), "json",
                           "one replica sweeps per interval")
 ACCOUNT_CACHE = RedisKey("account", ("account_id",), "json", "cached account rows")
 KEY_CACHE = RedisKey("key", ("key_hash",), "json", "cached API-key lookups")
+AUTH_GENERATION = RedisKey("auth-generation", (), "json",
+                           "a token replaced on every key revocation and account change; "
+                           "a gateway reuses a key's verified account while it holds")
 TRANSCRIPT = RedisKey("transcript", ("transcript_id",), "hash",
                       "read model of a live transcript: its current row and result, written "
                       "after ClickHouse by every row writer, and its processing row, kept "
@@ -73,4 +76,4 @@ TRANSCRIPT_LIST = RedisKey("transcripts", ("account_id",), "hash",
 
 REDIS_KEYS: tuple[RedisKey, ...] = (CANCELED, WEBHOOK_AUTH, LEDGER, QUEUED, UPLOAD, UPLOAD_CLAIM,
                                     LIVE, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,
-                                    KEY_CACHE, TRANSCRIPT, TRANSCRIPT_LIST)
+                                    KEY_CACHE, AUTH_GENERATION, TRANSCRIPT, TRANSCRIPT_LIST)

@@ -23,7 +23,7 @@ from schemas.settings import DefaultLimits
 from security import signing, tokens
 from stores.accounts import KEY_PREFIX, Accounts, hash_key
 
-CHECKS = [Accounts.authenticate, tokens.token_matches, signing.upload_signature_matches,
+CHECKS = [Accounts.authenticate, Accounts._verify, tokens.token_matches, signing.upload_signature_matches,
           signing.verify]
 SECRET_NAMES = ("token", "digest", "signature", "key_hash", "expected", "given", "secret")
 
