@@ -215,6 +215,17 @@ class DecodeLog:
     batches: dict[str, int] = field(default_factory=dict)
     inputs: dict[str, int] = field(default_factory=dict)
     walls: dict[str, list[float]] = field(default_factory=dict)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)   # (kind, start, end)
+
+    def beside_partials(self) -> float:
+        """Share of the finals' decode time during which a partial decode ran too."""
+        partials = [(a, b) for k, a, b in self.spans if k == "partial"]
+        both = total = 0.0
+        for kind, a, b in self.spans:
+            if kind == "final":
+                total += b - a
+                both += sum(max(0.0, min(b, d) - max(a, c)) for c, d in partials)
+        return both / total if total else 0.0
 
     def line(self) -> str:
         parts = []
@@ -223,7 +234,8 @@ class DecodeLog:
             parts.append(f"{kind} {self.batches[kind]} batches / {self.inputs[kind]} inputs, wall "
                          f"p50 {np.percentile(w, 50) * 1000:.0f} / p95 {np.percentile(w, 95) * 1000:.0f}"
                          f" ms, {sum(w):.1f} s in all")
-        return "decodes: " + "; ".join(parts)
+        return (f"decodes: {'; '.join(parts)}; a partial decode ran during "
+                f"{self.beside_partials() * 100:.0f}% of the finals' decode time")
 
 
 class _LoggedEngine(RealtimeEngine):
@@ -234,11 +246,13 @@ class _LoggedEngine(RealtimeEngine):
         partial = options.recognizer.partial_decode
 
         def decode(decoder, inputs, opts):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
             out, elapsed = RealtimeEngine._decode(decoder, inputs, opts)
             kind = "partial" if opts == partial else "final"
             log.batches[kind] = log.batches.get(kind, 0) + 1
             log.inputs[kind] = log.inputs.get(kind, 0) + len(inputs)
             log.walls.setdefault(kind, []).append(elapsed)
+            log.spans.append((kind, t0, time.perf_counter()))
             return out, elapsed
 
         self._decode = decode  # type: ignore[method-assign]
