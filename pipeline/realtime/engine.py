@@ -11,9 +11,9 @@ serves every session (the sherpa-onnx ``streaming_server`` pattern):
   less often instead of falling behind;
 * partials yield the CPU to finals: but for a segment's first, none starts while a final
   or speculative final decode runs, and they take at most ``partial_duty`` of a thread
-  (:func:`partials_held`). On 2
-  cores shared with the gateway and the broker, self-paced partials otherwise filled every
-  free cycle and the finals of 10 sessions queued for the CPU behind them.
+  (:func:`partials_held`). Partials pace themselves by their own decode time, so
+  otherwise they take every free cycle of 2 cores shared with the gateway and the broker,
+  and finals wait for the CPU beside them.
 
 Usage (one event loop)::
 
