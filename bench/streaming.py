@@ -23,6 +23,9 @@ Definitions:
   the first phrase start inside it.
 * **Keep-up**: how late the sender fell behind its real-time schedule (max), and how long
   ``finish`` took after the last frame (the decode backlog left at the end).
+* **Decodes**: the engine's decode batches by purpose (partial; final with speculative
+  final), their inputs and wall time each: how much decoding partials took, and how long
+  a final's decode ran beside the rest of the work.
 
 ``--offline`` measures what does not depend on the machine's load: each programme goes through
 a :class:`~pipeline.realtime.SessionRecognizer` as fast as it decodes, every final and
@@ -205,8 +208,59 @@ def score(results: list[SessionResult]) -> dict[str, float]:
     }
 
 
+@dataclass
+class DecodeLog:
+    """Decodes of a real-time run by purpose: batches, inputs, wall seconds (each)."""
+
+    batches: dict[str, int] = field(default_factory=dict)
+    inputs: dict[str, int] = field(default_factory=dict)
+    walls: dict[str, list[float]] = field(default_factory=dict)
+    spans: list[tuple[str, float, float]] = field(default_factory=list)   # (kind, start, end)
+
+    def beside_partials(self) -> float:
+        """Share of the finals' decode time during which a partial decode ran too."""
+        partials = [(a, b) for k, a, b in self.spans if k == "partial"]
+        both = total = 0.0
+        for kind, a, b in self.spans:
+            if kind == "final":
+                total += b - a
+                both += sum(max(0.0, min(b, d) - max(a, c)) for c, d in partials)
+        return both / total if total else 0.0
+
+    def line(self) -> str:
+        parts = []
+        for kind in sorted(self.batches):
+            w = self.walls[kind]
+            parts.append(f"{kind} {self.batches[kind]} batches / {self.inputs[kind]} inputs, wall "
+                         f"p50 {np.percentile(w, 50) * 1000:.0f} / p95 {np.percentile(w, 95) * 1000:.0f}"
+                         f" ms, {sum(w):.1f} s in all")
+        return (f"decodes: {'; '.join(parts)}; a partial decode ran during "
+                f"{self.beside_partials() * 100:.0f}% of the finals' decode time")
+
+
+class _LoggedEngine(RealtimeEngine):
+    """The engine, logging every decode batch (the purpose told by its options)."""
+
+    def __init__(self, models: StreamingModels, options: EngineOptions, log: DecodeLog) -> None:
+        super().__init__(models, options)
+        partial = options.recognizer.partial_decode
+
+        def decode(decoder, inputs, opts):  # type: ignore[no-untyped-def]
+            t0 = time.perf_counter()
+            out, elapsed = RealtimeEngine._decode(decoder, inputs, opts)
+            kind = "partial" if opts == partial else "final"
+            log.batches[kind] = log.batches.get(kind, 0) + 1
+            log.inputs[kind] = log.inputs.get(kind, 0) + len(inputs)
+            log.walls.setdefault(kind, []).append(elapsed)
+            log.spans.append((kind, t0, time.perf_counter()))
+            return out, elapsed
+
+        self._decode = decode  # type: ignore[method-assign]
+
+
 async def run(models: StreamingModels, options: EngineOptions, sessions: int, eval_dir: Path,
-              vad: StreamingVad) -> tuple[dict[str, float], list[SessionResult], float, float]:
+              vad: StreamingVad, log: DecodeLog | None = None
+              ) -> tuple[dict[str, float], list[SessionResult], float, float]:
     results = []
     for k in range(sessions):
         order = list(range(len(CLIPS)))
@@ -214,7 +268,8 @@ async def run(models: StreamingModels, options: EngineOptions, sessions: int, ev
         pcm, ref = build_stream(eval_dir, order)
         starts, ends = phrase_marks(vad, pcm)
         results.append(SessionResult(pcm, ref, starts, ends))
-    engine = RealtimeEngine(models, options.model_copy(update={"max_sessions": max(sessions, 1)}))
+    options = options.model_copy(update={"max_sessions": max(sessions, 1)})
+    engine = _LoggedEngine(models, options, log) if log is not None else RealtimeEngine(models, options)
     cpu0, t0 = time.process_time(), time.perf_counter()
     await asyncio.gather(*(run_session(engine, f"s{k}", r, 0.23 * k) for k, r in enumerate(results)))
     cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
@@ -431,7 +486,8 @@ def main(argv: list[str] | None = None) -> None:
         return
     for n in args.sessions or [1, 5]:
         load0 = os.getloadavg()[0]
-        s, results, cpu_rtf, wall = asyncio.run(run(models, options, n, args.eval, vad))
+        log = DecodeLog()
+        s, results, cpu_rtf, wall = asyncio.run(run(models, options, n, args.eval, vad, log))
         load1 = os.getloadavg()[0]
         print(f"\n== {n} session(s), {sum(len(r.pcm) for r in results) / SR / n:.1f} s audio each, "
               f"wall {wall:.1f} s, load average {load0:.2f} -> {load1:.2f}")
@@ -441,8 +497,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, "
               f"max {s['first_max']:.2f} s")
         print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finish after last frame "
-              f"{s['finish_max']:.2f} s (max), CPU {cpu_rtf:.2f} s per audio s per session, "
+              f"{s['finish_max']:.2f} s (max), CPU {cpu_rtf:.3f} s per audio s per session, "
               f"{s['partials']} partial updates")
+        print(log.line())
         if args.show:
             for r in results:
                 print("  REF:", normalize(r.reference))

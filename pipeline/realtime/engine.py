@@ -8,7 +8,12 @@ serves every session (the sherpa-onnx ``streaming_server`` pattern):
 * a decode batches requests of several sessions that share model and prompt length;
 * partials are coalesced: a session has at most one partial waiting or running, and it
   is cut from the newest audio when it starts, so a busy engine simply shows partials
-  less often instead of falling behind.
+  less often instead of falling behind;
+* partials yield the CPU to finals: but for a segment's first, none starts while a final
+  or speculative final decode runs, and they take at most ``partial_duty`` of a thread
+  (:func:`partials_held`). Partials pace themselves by their own decode time, so
+  otherwise they take every free cycle of 2 cores shared with the gateway and the broker,
+  and finals wait for the CPU beside them.
 
 Usage (one event loop)::
 
@@ -40,7 +45,27 @@ from .options import DecodeOptions, EngineOptions
 from .recognizer import DecodeKind, DecodeRequest, SessionRecognizer, Update, check_opening
 from .vocabulary import VocabularyTerm
 
-__all__ = ["RealtimeEngine"]
+__all__ = ["RealtimeEngine", "partial_rest", "partials_held"]
+
+
+def partial_rest(elapsed: float, duty: float) -> float:
+    """Seconds the partial slots stay idle after a partial batch of ``elapsed`` s, so that
+    partials take at most ``duty`` of a thread's time."""
+    return elapsed * (1.0 / duty - 1.0)
+
+
+def partials_held(*, finals_running: int, beside_finals: bool, now: float,
+                  rest_until: float) -> float:
+    """Whether partials that refresh a shown text are held back now (a segment's first
+    partial never is: its first words are what a user waits for).
+
+    Returns:
+        0.0 when they may start; otherwise the seconds until the rest ends, or ``inf``
+        while a final decode runs (its end wakes the scheduler).
+    """
+    if finals_running and not beside_finals:
+        return float("inf")
+    return max(0.0, rest_until - now)
 
 
 @dataclass(eq=False)
@@ -80,6 +105,9 @@ class RealtimeEngine:
         workers = options.decode_workers
         self._partial_slots = options.partial_workers or max(1, workers - 1)
         self._partials_running = 0
+        self._finals_running = 0                 # final and speculative final batches
+        self._partial_rest_until = 0.0           # monotonic; see partial_rest
+        self._wake: asyncio.TimerHandle | None = None
 
     # ---------------------------------------------------------------- sessions
 
@@ -162,6 +190,9 @@ class RealtimeEngine:
     async def aclose(self) -> None:
         """Stop the scheduler and the pools (running decodes are allowed to end)."""
         self._closed = True
+        if self._wake is not None:
+            self._wake.cancel()
+            self._wake = None
         for task in self._workers:
             task.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
@@ -207,6 +238,7 @@ class RealtimeEngine:
             options = head_session.recognizer.decode_options(head.kind)
             partial = head.kind is DecodeKind.PARTIAL
             self._partials_running += partial
+            self._finals_running += not partial
             try:
                 decoded, elapsed = await loop.run_in_executor(
                     self._decode_pool, self._decode, head.decoder, inputs, options)
@@ -217,6 +249,10 @@ class RealtimeEngine:
                 continue
             finally:
                 self._partials_running -= partial
+                self._finals_running -= not partial
+            if partial:
+                rest = partial_rest(elapsed, self._opts.partial_duty)
+                self._partial_rest_until = max(self._partial_rest_until, time.monotonic() + rest)
             for (s, req), result in zip(batch, decoded):
                 s.in_flight -= 1
                 if self._sessions.get(s.id) is not s:
@@ -231,6 +267,10 @@ class RealtimeEngine:
         t0 = time.perf_counter()
         out = decoder.decode(inputs, options)
         return out, time.perf_counter() - t0
+
+    def _end_rest(self) -> None:
+        self._wake = None
+        self._work.set()
 
     def _pick(self) -> list[tuple[_Session, DecodeRequest]]:
         """The next batch: highest priority first, filled with compatible requests."""
@@ -258,9 +298,14 @@ class RealtimeEngine:
                 return batch
         if self._partials_running >= self._partial_slots:
             return batch
+        held = partials_held(finals_running=self._finals_running,
+                             beside_finals=self._opts.partials_beside_finals,
+                             now=time.monotonic(), rest_until=self._partial_rest_until)
+        if 0 < held < float("inf") and self._wake is None:
+            self._wake = asyncio.get_running_loop().call_later(held, self._end_rest)
         # Partials: segments showing nothing yet first, then the longest wait.
         for s in sorted(sessions, key=lambda x: x.recognizer.partial_rank()):
-            if len(batch) >= limit:
+            if len(batch) >= limit or (held and s.recognizer.partial_rank()[0]):
                 break
             req = s.recognizer.take(DecodeKind.PARTIAL)
             if req is None:

@@ -137,5 +137,16 @@ class EngineOptions(BaseModel):
     partial_workers: int | None = Field(None, ge=1, description=(
         "Decode threads that may run partials at once; the others stay free for finals. "
         "Default: all but one (all, with a single thread)."))
+    partials_beside_finals: bool = Field(False, description=(
+        "Whether a partial that refreshes a shown text may start while a final or "
+        "speculative final decode runs (a segment's first partial always may). No: on 2 "
+        "cores a partial started beside a final takes the core the final is waiting for, "
+        "and partials, being coalesced, only show a little later."))
+    partial_duty: float = Field(0.5, gt=0, le=1, description=(
+        "Share of one decode thread's time partials may take: after a partial batch of t "
+        "seconds no partial but a segment's first starts for t * (1 / duty - 1) s (1: no "
+        "rest). Partials pace "
+        "themselves by their own cost, so without a bound they fill every free cycle of a "
+        "busy machine and finals queue for the CPU behind them."))
     thread_name_prefix: str = Field("a5s-realtime", description="Names of the engine's threads.")
     recognizer: RecognizerOptions = RecognizerOptions()

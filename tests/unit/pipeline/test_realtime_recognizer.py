@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import io
 import threading
+import time
 from pathlib import Path
 
 import jiwer
@@ -22,6 +23,7 @@ from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOption
 from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
 from pipeline.realtime.decoder import drop_restated_tail, merge_overlap
+from pipeline.realtime.engine import partial_rest, partials_held
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.settings import Settings
@@ -415,3 +417,58 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
     assert own.recognizer.decode.beam_size == 4            # finals and speculative finals
     assert own.recognizer.partial_decode.beam_size == 1     # partials stay greedy
     assert own.recognizer.vad == same.recognizer.vad
+
+
+def test_partials_take_at_most_their_duty_of_a_thread() -> None:
+    assert partial_rest(0.2, 0.5) == pytest.approx(0.2)
+    assert partial_rest(0.3, 0.25) == pytest.approx(0.9)
+    assert partial_rest(0.2, 1.0) == 0.0                       # duty 1: no rest
+
+
+def test_refreshed_partials_wait_for_finals_and_their_rest() -> None:
+    assert partials_held(finals_running=1, beside_finals=False, now=5.0, rest_until=0.0) == float("inf")
+    assert partials_held(finals_running=0, beside_finals=False, now=5.0, rest_until=5.3) == pytest.approx(0.3)
+    assert partials_held(finals_running=1, beside_finals=True, now=5.0, rest_until=4.0) == 0.0
+    assert partials_held(finals_running=0, beside_finals=False, now=5.0, rest_until=4.0) == 0.0
+
+
+def _partial_due(rec: SessionRecognizer, pcm: bytes, shown: bool) -> None:
+    """Feed ``rec`` until a partial is due, one that refreshes a shown text when ``shown``."""
+    chunks = iter(frames(pcm))
+    if shown:
+        while not any(u.text and not u.is_final for u in rec.accept(next(chunks))):
+            pass                                    # decodes inline, until a partial shows text
+    while not rec.partial_due():
+        rec.advance(*rec.detect(next(chunks)))      # audio only, no decode
+    assert rec.partial_rank()[0] is shown
+
+
+async def test_a_segments_first_partial_is_never_held_back(models: StreamingModels,
+                                                           jfk_pcm: bytes) -> None:
+    """While a final decode runs, or partials rest, only a segment's first partial starts."""
+    engine = RealtimeEngine(models, EngineOptions(max_sessions=2))
+    engine.open("shown")
+    engine.open("new")
+    recs = {sid: s.recognizer for sid, s in engine._sessions.items()}
+    _partial_due(recs["shown"], jfk_pcm, shown=True)
+    _partial_due(recs["new"], jfk_pcm, shown=False)
+
+    def picked() -> list[str]:
+        batch = engine._pick()
+        for s, req in batch:
+            s.in_flight -= 1
+            s.recognizer.give_back(req)
+        assert all(req.kind is DecodeKind.PARTIAL for _, req in batch)
+        return sorted(s.id for s, _ in batch)
+
+    try:
+        assert picked() == ["new", "shown"]
+        engine._finals_running = 1                  # a final decode runs
+        assert picked() == ["new"]
+        engine._finals_running = 0
+        engine._partial_rest_until = time.monotonic() + 60.0    # partials rest
+        assert picked() == ["new"]
+        engine._partial_rest_until = 0.0
+        assert picked() == ["new", "shown"]
+    finally:
+        await engine.aclose()
