@@ -364,6 +364,8 @@ class Diarizer:
             chunks.frame_labels[(c, j)] = per_frame
             chunks.labels[c, j] = int(np.bincount(per_frame[active]).argmax())
         self._propagate(chunks, len(cents))
+        if opts.follow_regions:
+            _follow_regions(chunks, self._regions(chunks), self._seg.frame_step)
 
     def _propagate(self, chunks: _Chunks, k: int) -> None:
         """Local speakers without an embedding take the global speaker they coincide with
@@ -481,6 +483,73 @@ class Diarizer:
               int(round(opts.pause_reach / seg.frame_step)))
         turns = _to_turns(active, seg.frame_step, shift, opts.min_gap)
         return turns if speech is None else _clip(turns, speech)
+
+
+def _follow_regions(chunks: _Chunks, spans: list[tuple[float, float]],
+                    frame_step: float) -> None:
+    """Local speakers of windows without embeddings take, frame by frame, the speaker of the
+    local speaker they coincide with in the embedded window whose region (``spans``: the
+    part of each embedded window nearest its centre, s) holds the frame; in place.
+
+    ``_propagate`` gives such a local speaker the speaker it shares most frames with in
+    the nearest embedded windows, for the whole window: where the segmentation hears two
+    alternating voices as one local speaker over several windows, windows embedded seconds
+    away then outvote the embeddings made at that instant. Here each instant follows the
+    embeddings made there; the local speakers of two windows are matched by the frames
+    they are active together (one-to-one). Frames no embedded window's match covers keep
+    the speaker ``_propagate`` gave.
+    """
+    embedded = [c for c, e in enumerate(chunks.embedded) if e]
+    frames = chunks.activity.shape[1]
+    first = np.array([chunks.offsets[e] for e in embedded])  # sorted, as the windows are
+
+    def labels_of(e: int, j: int) -> np.ndarray:
+        if (e, j) in chunks.frame_labels:
+            return chunks.frame_labels[(e, j)]
+        return np.full(frames, chunks.labels[e, j], np.int64)
+
+    found: dict[tuple[int, int], np.ndarray] = {}
+    for c in range(len(chunks.starts)):
+        act = chunks.activity[c]
+        mine = {j: labels_of(c, j).copy() for j in range(act.shape[1])
+                if act[:, j].any() and (chunks.labels[c, j] >= 0 or (c, j) in chunks.frame_labels)}
+        if chunks.embedded[c] or not mine:
+            continue
+        o = chunks.offsets[c]
+        at = (o + np.arange(frames) + 0.5) * frame_step  # frame centres, s
+        near = slice(int(np.searchsorted(first, o - frames, side="right")),
+                     int(np.searchsorted(first, o + frames, side="left")))
+        for e in embedded[near]:  # the embedded windows that share frames with c
+            if chunks.stretch[e] != chunks.stretch[c]:
+                continue
+            inside = (at >= spans[e][0]) & (at < spans[e][1])
+            shift = o - chunks.offsets[e]
+            lo, hi = max(0, shift), min(frames, frames + shift)  # frames of e shared
+            if hi <= lo or not inside.any():
+                continue
+            together = act[lo - shift:hi - shift].T.astype(np.float64) \
+                @ chunks.activity[e, lo:hi].astype(np.float64)
+            for j, j2 in zip(*linear_sum_assignment(-together)):
+                if j not in mine or together[j, j2] <= 0:
+                    continue
+                theirs = np.full(frames, -1, np.int64)
+                theirs[lo - shift:hi - shift] = labels_of(e, int(j2))[lo:hi]
+                take = inside & (theirs >= 0)
+                mine[j][take] = theirs[take]
+        for j, lab in mine.items():
+            on = act[:, j] > 0
+            lab[~on] = -1
+            lab[on & (lab < 0)] = chunks.labels[c, j]  # no match there: as before
+            found[(c, j)] = lab
+    for (c, j), lab in found.items():
+        on = lab[lab >= 0]
+        if not len(on):
+            continue
+        chunks.labels[c, j] = int(np.bincount(on).argmax())
+        if np.all(on == on[0]):
+            chunks.frame_labels.pop((c, j), None)
+        else:
+            chunks.frame_labels[(c, j)] = lab
 
 
 def _clip(turns: list[SpeakerTurn], speech: list[Region]) -> list[SpeakerTurn]:

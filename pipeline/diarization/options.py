@@ -69,6 +69,12 @@ class DiarizationOptions(BaseModel):
         "VAD's speech regions (a pause Silero heard) within this distance, s: the 1 s "
         "pieces and the window step place a change only to about a second, while people "
         "mostly take turns at pauses, which the segmentation model often talks through."))
+    follow_regions: bool = Field(True, description=(
+        "Local speakers of windows without embeddings take, frame by frame, the speaker "
+        "of the local speaker they coincide with in the embedded window nearest that "
+        "frame, rather than one speaker for the whole window: where the segmentation "
+        "hears two alternating voices as one local speaker, each instant follows the "
+        "embeddings made there."))
     min_gap: float = Field(0.1, ge=0, description=(
         "Pauses of one speaker shorter than this, s, are bridged."))
     batch_size: int = Field(8, ge=1, description=(

@@ -293,6 +293,33 @@ def test_change_of_speaker_moves_to_the_nearest_pause_within_reach() -> None:
     assert (active == frames((0, 10), (1, 5), (2, 8))).all()  # only 1 -> 2 can reach 15
 
 
+def test_windows_without_embeddings_follow_the_embedded_window_of_each_frame() -> None:
+    """A local speaker of a window without embeddings that spans two embedded windows'
+    regions takes, frame by frame, the speaker its match holds in each region (and that
+    match's own frame labels where its voice changes); embedded windows keep theirs."""
+    from pipeline.diarization.diarizer import _Chunks, _follow_regions
+
+    act = np.zeros((3, 10, 3), np.uint8)  # windows at frames 0, 5 and 10, 10 frames each
+    act[0, :, 0] = 1  # embedded: speaker 0 over frames 0-9
+    act[1, :, 2] = 1  # not embedded: one local speaker over frames 5-14
+    act[1, 2:4, 1] = 1  # and a brief one (frames 7-8) that no embedded window shares
+    act[2, :, 1] = 1  # embedded: speaker 1 over frames 10-19
+    chunks = _Chunks(starts=[0.0, 5.0, 10.0], offsets=[0, 5, 10], stretch=[0, 0, 0],
+                     embedded=[True, False, True], activity=act)
+    chunks.labels = np.array([[0, -1, -1], [-1, 2, 0], [-1, 1, -1]])
+    _follow_regions(chunks, [(-np.inf, 10.0), (0.0, 0.0), (10.0, np.inf)], 1.0)
+    assert chunks.frame_labels[(1, 2)].tolist() == [0] * 5 + [1] * 5
+    assert chunks.labels[1, 1] == 2 and (1, 1) not in chunks.frame_labels
+    assert chunks.labels[0, 0] == 0 and chunks.labels[2, 1] == 1
+    assert (0, 0) not in chunks.frame_labels and (2, 1) not in chunks.frame_labels
+
+    # the embedded window's local speaker changes voice at frame 13: the follower does too
+    chunks.labels = np.array([[0, -1, -1], [-1, 2, 0], [-1, 1, -1]])
+    chunks.frame_labels = {(2, 1): np.array([1, 1, 1, 0, 0, 0, 0, 0, 0, 0])}
+    _follow_regions(chunks, [(-np.inf, 10.0), (0.0, 0.0), (10.0, np.inf)], 1.0)
+    assert chunks.frame_labels[(1, 2)].tolist() == [0] * 5 + [1] * 3 + [0] * 2
+
+
 def test_long_cycled_recording_finds_its_speakers(diarizer: Diarizer, tmp_path: Path) -> None:
     """300 s cycling two synthetic conversations and a real AMI excerpt (five voices, one
     shared by both conversations, each returning two or three times), read through the
