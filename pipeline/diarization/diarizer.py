@@ -508,12 +508,13 @@ def _follow_regions(chunks: _Chunks, spans: list[tuple[float, float]],
             return chunks.frame_labels[(e, j)]
         return np.full(frames, chunks.labels[e, j], np.int64)
 
-    found: dict[tuple[int, int], np.ndarray] = {}
     for c in range(len(chunks.starts)):
+        if chunks.embedded[c]:
+            continue
         act = chunks.activity[c]
         mine = {j: labels_of(c, j).copy() for j in range(act.shape[1])
-                if act[:, j].any() and (chunks.labels[c, j] >= 0 or (c, j) in chunks.frame_labels)}
-        if chunks.embedded[c] or not mine:
+                if act[:, j].any() and chunks.labels[c, j] >= 0}
+        if not mine:
             continue
         o = chunks.offsets[c]
         at = (o + np.arange(frames) + 0.5) * frame_step  # frame centres, s
@@ -536,20 +537,18 @@ def _follow_regions(chunks: _Chunks, spans: list[tuple[float, float]],
                 theirs[lo - shift:hi - shift] = labels_of(e, int(j2))[lo:hi]
                 take = inside & (theirs >= 0)
                 mine[j][take] = theirs[take]
-        for j, lab in mine.items():
+        for j, lab in mine.items():  # only embedded windows are read: safe to write now
             on = act[:, j] > 0
             lab[~on] = -1
             lab[on & (lab < 0)] = chunks.labels[c, j]  # no match there: as before
-            found[(c, j)] = lab
-    for (c, j), lab in found.items():
-        on = lab[lab >= 0]
-        if not len(on):
-            continue
-        chunks.labels[c, j] = int(np.bincount(on).argmax())
-        if np.all(on == on[0]):
-            chunks.frame_labels.pop((c, j), None)
-        else:
-            chunks.frame_labels[(c, j)] = lab
+            heard = lab[on]
+            if (heard < 0).any():
+                continue
+            chunks.labels[c, j] = int(np.bincount(heard).argmax())
+            if np.all(heard == heard[0]):
+                chunks.frame_labels.pop((c, j), None)
+            else:
+                chunks.frame_labels[(c, j)] = lab
 
 
 def _clip(turns: list[SpeakerTurn], speech: list[Region]) -> list[SpeakerTurn]:
