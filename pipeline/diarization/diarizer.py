@@ -547,8 +547,8 @@ def _follow_regions(chunks: _Chunks, spans: list[tuple[float, float]],
             chunks.labels[c, j] = int(np.bincount(heard).argmax())
             if np.all(heard == heard[0]):
                 chunks.frame_labels.pop((c, j), None)
-            else:
-                chunks.frame_labels[(c, j)] = lab
+            else:  # int16: one per frame of most windows' local speakers on long files
+                chunks.frame_labels[(c, j)] = lab.astype(np.int16)
 
 
 def _clip(turns: list[SpeakerTurn], speech: list[Region]) -> list[SpeakerTurn]:
