@@ -115,12 +115,16 @@ class Diarizer:
         pieces = _merge(speech, duration)
         if not pieces:
             return []
-        if speakers == 1 or (speakers is None and
-                             sum(p.duration for p in pieces) < 2 * opts.min_speaker):
+        short = sum(p.duration for p in pieces) < 2 * opts.min_speaker
+        if speakers == 1 or (speakers is None and short):
             # A speaker needs min_speaker seconds of speech: this little is one voice, and
-            # short prompts (most of a call-centre backlog) skip the models.
-            return [SpeakerTurn(0, p.start, p.end)
-                    for p in _widen(pieces, duration, min(opts.speech_margin, 0.0))]
+            # short prompts (most of a call-centre backlog) skip the embeddings. The VAD's
+            # padding around so little speech is mostly false alarm: the segmentation model
+            # (a few windows) keeps the turns to what it hears, given a window of context.
+            regions = _widen(pieces, duration, min(opts.speech_margin, 0.0))
+            if short and opts.short_onset > 0 and duration >= self._seg.window:
+                regions = self._heard(audio, regions, duration)
+            return [SpeakerTurn(0, r.start, r.end) for r in regions]
         stretches = _merge(pieces, duration, pad=opts.pad, gap=opts.join_gap)
         try:
             chunks = self._segment(audio, stretches)
@@ -133,6 +137,46 @@ class Diarizer:
         finally:
             _trim_heap()
 
+    def _heard(self, audio, regions: list[Region], duration: float) -> list[Region]:
+        """The parts of the VAD's regions where the segmentation model's speech probability
+        (anyone speaking; averaged over the windows of ``step`` that cover a frame) reaches
+        ``short_onset``, each region judged with up to half a window of real audio either
+        side; a region the model hears nothing of stays whole (a short prompt's only turn
+        is never dropped)."""
+        seg, opts = self._seg, self._opts
+        width = seg.window_samples
+        heard = cover = np.zeros(0, np.float32)
+        try:
+            for s in _merge(regions, duration, pad=seg.window / 2, gap=opts.join_gap):
+                starts = _window_starts(s, seg.window, opts.step)
+                batch = []
+                for start in starts:
+                    first = int(round(start * SAMPLE_RATE))
+                    last = min(first + width, int(round(s.end * SAMPLE_RATE)), len(audio))
+                    x = np.zeros(width, np.float32)
+                    x[:max(0, last - first)] = audio[first:last]
+                    batch.append(x)
+                prob = np.concatenate([seg.speech(batch[i:i + opts.batch_size])
+                                       for i in range(0, len(batch), opts.batch_size)])
+                frames = prob.shape[1]
+                for start, p in zip(starts, prob):
+                    o = int(round(start / seg.frame_step))
+                    n = min(frames, max(0, int(np.ceil((s.end - start) / seg.frame_step))))
+                    if len(heard) < o + n:
+                        heard = np.pad(heard, (0, o + n - len(heard)))
+                        cover = np.pad(cover, (0, o + n - len(cover)))
+                    heard[o:o + n] += p[:n]
+                    cover[o:o + n] += 1
+        finally:
+            _trim_heap()
+        active = (cover > 0) & (heard >= opts.short_onset * np.maximum(cover, 1))
+        shift = seg.frame_duration / 2 - seg.frame_step / 2
+        turns = _to_turns(active[:, None], seg.frame_step, shift, opts.min_gap)
+        out = []
+        for r in regions:
+            out += [Region(float(t.start), float(t.end)) for t in _clip(turns, [r])] or [r]
+        return out
+
     # --- 1. segmentation ----------------------------------------------------------------------
 
     def _segment(self, audio, stretches: list[Region]) -> _Chunks:
@@ -140,12 +184,7 @@ class Diarizer:
         width = seg.window_samples
         chunks = _Chunks()
         for index, s in enumerate(stretches):
-            starts = [s.start]
-            if s.duration > seg.window:
-                n = int(np.floor((s.duration - seg.window) / opts.step + 1e-9)) + 1
-                starts = [s.start + i * opts.step for i in range(n)]
-                if starts[-1] + seg.window < s.end - 1e-6:
-                    starts.append(s.end - seg.window)
+            starts = _window_starts(s, seg.window, opts.step)
             for i, start in enumerate(starts):
                 chunks.starts.append(start)
                 chunks.stretch.append(index)
@@ -483,6 +522,18 @@ class Diarizer:
               int(round(opts.pause_reach / seg.frame_step)))
         turns = _to_turns(active, seg.frame_step, shift, opts.min_gap)
         return turns if speech is None else _clip(turns, speech)
+
+
+def _window_starts(stretch: Region, window: float, step: float) -> list[float]:
+    """Starts of the windows over a stretch: every ``step`` s, the last one ending at the
+    stretch's end; one window for a stretch shorter than a window."""
+    starts = [stretch.start]
+    if stretch.duration > window:
+        n = int(np.floor((stretch.duration - window) / step + 1e-9)) + 1
+        starts = [stretch.start + i * step for i in range(n)]
+        if starts[-1] + window < stretch.end - 1e-6:
+            starts.append(stretch.end - window)
+    return starts
 
 
 def _follow_regions(chunks: _Chunks, spans: list[tuple[float, float]],
