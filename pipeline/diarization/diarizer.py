@@ -115,12 +115,16 @@ class Diarizer:
         pieces = _merge(speech, duration)
         if not pieces:
             return []
-        if speakers == 1 or (speakers is None and
-                             sum(p.duration for p in pieces) < 2 * opts.min_speaker):
+        short = sum(p.duration for p in pieces) < 2 * opts.min_speaker
+        if speakers == 1 or (speakers is None and short):
             # A speaker needs min_speaker seconds of speech: this little is one voice, and
-            # short prompts (most of a call-centre backlog) skip the models.
-            return [SpeakerTurn(0, p.start, p.end)
-                    for p in _widen(pieces, duration, min(opts.speech_margin, 0.0))]
+            # short prompts (most of a call-centre backlog) skip the embeddings. The VAD's
+            # padding around so little speech is mostly false alarm: the segmentation model
+            # (a few windows) keeps the turns to what it hears, given a window of context.
+            regions = _widen(pieces, duration, min(opts.speech_margin, 0.0))
+            if short and opts.short_onset > 0 and duration >= self._seg.window:
+                regions = self._heard(audio, regions, duration)
+            return [SpeakerTurn(0, r.start, r.end) for r in regions]
         stretches = _merge(pieces, duration, pad=opts.pad, gap=opts.join_gap)
         try:
             chunks = self._segment(audio, stretches)
@@ -133,6 +137,46 @@ class Diarizer:
         finally:
             _trim_heap()
 
+    def _heard(self, audio, regions: list[Region], duration: float) -> list[Region]:
+        """The parts of the VAD's regions where the segmentation model's speech probability
+        (anyone speaking; averaged over the windows of ``step`` that cover a frame) reaches
+        ``short_onset``, each region judged with up to half a window of real audio either
+        side; a region the model hears nothing of stays whole (a short prompt's only turn
+        is never dropped)."""
+        seg, opts = self._seg, self._opts
+        width = seg.window_samples
+        heard = cover = np.zeros(0, np.float32)
+        try:
+            for s in _merge(regions, duration, pad=seg.window / 2, gap=opts.join_gap):
+                starts = _window_starts(s, seg.window, opts.step)
+                batch = []
+                for start in starts:
+                    first = int(round(start * SAMPLE_RATE))
+                    last = min(first + width, int(round(s.end * SAMPLE_RATE)), len(audio))
+                    x = np.zeros(width, np.float32)
+                    x[:max(0, last - first)] = audio[first:last]
+                    batch.append(x)
+                prob = np.concatenate([seg.speech(batch[i:i + opts.batch_size])
+                                       for i in range(0, len(batch), opts.batch_size)])
+                frames = prob.shape[1]
+                for start, p in zip(starts, prob):
+                    o = int(round(start / seg.frame_step))
+                    n = min(frames, max(0, int(np.ceil((s.end - start) / seg.frame_step))))
+                    if len(heard) < o + n:
+                        heard = np.pad(heard, (0, o + n - len(heard)))
+                        cover = np.pad(cover, (0, o + n - len(cover)))
+                    heard[o:o + n] += p[:n]
+                    cover[o:o + n] += 1
+        finally:
+            _trim_heap()
+        active = (cover > 0) & (heard >= opts.short_onset * np.maximum(cover, 1))
+        shift = seg.frame_duration / 2 - seg.frame_step / 2
+        turns = _to_turns(active[:, None], seg.frame_step, shift, opts.min_gap)
+        out = []
+        for r in regions:
+            out += [Region(float(t.start), float(t.end)) for t in _clip(turns, [r])] or [r]
+        return out
+
     # --- 1. segmentation ----------------------------------------------------------------------
 
     def _segment(self, audio, stretches: list[Region]) -> _Chunks:
@@ -140,12 +184,7 @@ class Diarizer:
         width = seg.window_samples
         chunks = _Chunks()
         for index, s in enumerate(stretches):
-            starts = [s.start]
-            if s.duration > seg.window:
-                n = int(np.floor((s.duration - seg.window) / opts.step + 1e-9)) + 1
-                starts = [s.start + i * opts.step for i in range(n)]
-                if starts[-1] + seg.window < s.end - 1e-6:
-                    starts.append(s.end - seg.window)
+            starts = _window_starts(s, seg.window, opts.step)
             for i, start in enumerate(starts):
                 chunks.starts.append(start)
                 chunks.stretch.append(index)
@@ -364,6 +403,8 @@ class Diarizer:
             chunks.frame_labels[(c, j)] = per_frame
             chunks.labels[c, j] = int(np.bincount(per_frame[active]).argmax())
         self._propagate(chunks, len(cents))
+        if opts.follow_regions:
+            _follow_regions(chunks, self._regions(chunks), self._seg.frame_step)
 
     def _propagate(self, chunks: _Chunks, k: int) -> None:
         """Local speakers without an embedding take the global speaker they coincide with
@@ -481,6 +522,84 @@ class Diarizer:
               int(round(opts.pause_reach / seg.frame_step)))
         turns = _to_turns(active, seg.frame_step, shift, opts.min_gap)
         return turns if speech is None else _clip(turns, speech)
+
+
+def _window_starts(stretch: Region, window: float, step: float) -> list[float]:
+    """Starts of the windows over a stretch: every ``step`` s, the last one ending at the
+    stretch's end; one window for a stretch shorter than a window."""
+    starts = [stretch.start]
+    if stretch.duration > window:
+        n = int(np.floor((stretch.duration - window) / step + 1e-9)) + 1
+        starts = [stretch.start + i * step for i in range(n)]
+        if starts[-1] + window < stretch.end - 1e-6:
+            starts.append(stretch.end - window)
+    return starts
+
+
+def _follow_regions(chunks: _Chunks, spans: list[tuple[float, float]],
+                    frame_step: float) -> None:
+    """Local speakers of windows without embeddings take, frame by frame, the speaker of the
+    local speaker they coincide with in the embedded window whose region (``spans``: the
+    part of each embedded window nearest its centre, s) holds the frame; in place.
+
+    ``_propagate`` gives such a local speaker the speaker it shares most frames with in
+    the nearest embedded windows, for the whole window: where the segmentation hears two
+    alternating voices as one local speaker over several windows, windows embedded seconds
+    away then outvote the embeddings made at that instant. Here each instant follows the
+    embeddings made there; the local speakers of two windows are matched by the frames
+    they are active together (one-to-one). Frames no embedded window's match covers keep
+    the speaker ``_propagate`` gave.
+    """
+    embedded = [c for c, e in enumerate(chunks.embedded) if e]
+    frames = chunks.activity.shape[1]
+    first = np.array([chunks.offsets[e] for e in embedded])  # sorted, as the windows are
+
+    def labels_of(e: int, j: int) -> np.ndarray:
+        if (e, j) in chunks.frame_labels:
+            return chunks.frame_labels[(e, j)]
+        return np.full(frames, chunks.labels[e, j], np.int64)
+
+    for c in range(len(chunks.starts)):
+        if chunks.embedded[c]:
+            continue
+        act = chunks.activity[c]
+        mine = {j: labels_of(c, j).copy() for j in range(act.shape[1])
+                if act[:, j].any() and chunks.labels[c, j] >= 0}
+        if not mine:
+            continue
+        o = chunks.offsets[c]
+        at = (o + np.arange(frames) + 0.5) * frame_step  # frame centres, s
+        near = slice(int(np.searchsorted(first, o - frames, side="right")),
+                     int(np.searchsorted(first, o + frames, side="left")))
+        for e in embedded[near]:  # the embedded windows that share frames with c
+            if chunks.stretch[e] != chunks.stretch[c]:
+                continue
+            inside = (at >= spans[e][0]) & (at < spans[e][1])
+            shift = o - chunks.offsets[e]
+            lo, hi = max(0, shift), min(frames, frames + shift)  # frames of e shared
+            if hi <= lo or not inside.any():
+                continue
+            together = act[lo - shift:hi - shift].T.astype(np.float64) \
+                @ chunks.activity[e, lo:hi].astype(np.float64)
+            for j, j2 in zip(*linear_sum_assignment(-together)):
+                if j not in mine or together[j, j2] <= 0:
+                    continue
+                theirs = np.full(frames, -1, np.int64)
+                theirs[lo - shift:hi - shift] = labels_of(e, int(j2))[lo:hi]
+                take = inside & (theirs >= 0)
+                mine[j][take] = theirs[take]
+        for j, lab in mine.items():  # only embedded windows are read: safe to write now
+            on = act[:, j] > 0
+            lab[~on] = -1
+            lab[on & (lab < 0)] = chunks.labels[c, j]  # no match there: as before
+            heard = lab[on]
+            if (heard < 0).any():
+                continue
+            chunks.labels[c, j] = int(np.bincount(heard).argmax())
+            if np.all(heard == heard[0]):
+                chunks.frame_labels.pop((c, j), None)
+            else:  # int16: one per frame of most windows' local speakers on long files
+                chunks.frame_labels[(c, j)] = lab.astype(np.int16)
 
 
 def _clip(turns: list[SpeakerTurn], speech: list[Region]) -> list[SpeakerTurn]:

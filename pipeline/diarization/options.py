@@ -64,11 +64,23 @@ class DiarizationOptions(BaseModel):
         "segmentation still hears the padded stretches around them for context, but "
         "where Silero hears no speech the segmentation's activity was mostly false alarm "
         "(a stretch's first window starting early, pauses talked through)."))
+    short_onset: float = Field(0.2, ge=0, le=1, description=(
+        "Files with under two min_speaker of VAD speech (one speaker, no embeddings) keep, "
+        "inside each VAD region, the frames where the segmentation model's probability "
+        "that anyone speaks, averaged over its windows, reaches this; a region it hears "
+        "nothing of stays whole. 0: the VAD's regions as they are. Only files at least "
+        "one model window (10 s) long: shorter clips give the model too little context."))
     pause_reach: float = Field(1.0, ge=0, description=(
         "A direct change from one speaker to another moves to the nearest edge of the "
         "VAD's speech regions (a pause Silero heard) within this distance, s: the 1 s "
         "pieces and the window step place a change only to about a second, while people "
         "mostly take turns at pauses, which the segmentation model often talks through."))
+    follow_regions: bool = Field(True, description=(
+        "Local speakers of windows without embeddings take, frame by frame, the speaker "
+        "of the local speaker they coincide with in the embedded window nearest that "
+        "frame, rather than one speaker for the whole window: where the segmentation "
+        "hears two alternating voices as one local speaker, each instant follows the "
+        "embeddings made there."))
     min_gap: float = Field(0.1, ge=0, description=(
         "Pauses of one speaker shorter than this, s, are bridged."))
     batch_size: int = Field(8, ge=1, description=(

@@ -201,13 +201,21 @@ class Segmenter:
         """
         if not len(chunks):
             return np.zeros((0, 0, self.speakers), dtype=np.float32)
+        return self._classes[self._logp(chunks).argmax(-1)]
+
+    def speech(self, chunks: Sequence[np.ndarray]) -> np.ndarray:
+        """Probability that anyone speaks, per frame of equal-length chunks: (chunks, frames),
+        one minus the silence class's probability."""
+        if not len(chunks):
+            return np.zeros((0, 0), dtype=np.float32)
+        return (1.0 - np.exp(self._logp(chunks)[..., 0])).astype(np.float32)
+
+    def _logp(self, chunks: Sequence[np.ndarray]) -> np.ndarray:
         x = np.stack(chunks).astype(np.float32, copy=False)[:, None]
         if self._session is not None:
-            classes = self._session.run(None, {"wav": x})[0].argmax(-1)
-        else:
-            with torch.inference_mode():
-                classes = self._model(torch.from_numpy(x).to(self.device)).argmax(-1).cpu().numpy()
-        return self._classes[classes]
+            return self._session.run(None, {"wav": x})[0]
+        with torch.inference_mode():
+            return self._model(torch.from_numpy(x).to(self.device)).cpu().numpy()
 
 
 def _onnx_session(model: nn.Module):

@@ -293,6 +293,33 @@ def test_change_of_speaker_moves_to_the_nearest_pause_within_reach() -> None:
     assert (active == frames((0, 10), (1, 5), (2, 8))).all()  # only 1 -> 2 can reach 15
 
 
+def test_windows_without_embeddings_follow_the_embedded_window_of_each_frame() -> None:
+    """A local speaker of a window without embeddings that spans two embedded windows'
+    regions takes, frame by frame, the speaker its match holds in each region (and that
+    match's own frame labels where its voice changes); embedded windows keep theirs."""
+    from pipeline.diarization.diarizer import _Chunks, _follow_regions
+
+    act = np.zeros((3, 10, 3), np.uint8)  # windows at frames 0, 5 and 10, 10 frames each
+    act[0, :, 0] = 1  # embedded: speaker 0 over frames 0-9
+    act[1, :, 2] = 1  # not embedded: one local speaker over frames 5-14
+    act[1, 2:4, 1] = 1  # and a brief one (frames 7-8) that no embedded window shares
+    act[2, :, 1] = 1  # embedded: speaker 1 over frames 10-19
+    chunks = _Chunks(starts=[0.0, 5.0, 10.0], offsets=[0, 5, 10], stretch=[0, 0, 0],
+                     embedded=[True, False, True], activity=act)
+    chunks.labels = np.array([[0, -1, -1], [-1, 2, 0], [-1, 1, -1]])
+    _follow_regions(chunks, [(-np.inf, 10.0), (0.0, 0.0), (10.0, np.inf)], 1.0)
+    assert chunks.frame_labels[(1, 2)].tolist() == [0] * 5 + [1] * 5
+    assert chunks.labels[1, 1] == 2 and (1, 1) not in chunks.frame_labels
+    assert chunks.labels[0, 0] == 0 and chunks.labels[2, 1] == 1
+    assert (0, 0) not in chunks.frame_labels and (2, 1) not in chunks.frame_labels
+
+    # the embedded window's local speaker changes voice at frame 13: the follower does too
+    chunks.labels = np.array([[0, -1, -1], [-1, 2, 0], [-1, 1, -1]])
+    chunks.frame_labels = {(2, 1): np.array([1, 1, 1, 0, 0, 0, 0, 0, 0, 0])}
+    _follow_regions(chunks, [(-np.inf, 10.0), (0.0, 0.0), (10.0, np.inf)], 1.0)
+    assert chunks.frame_labels[(1, 2)].tolist() == [0] * 5 + [1] * 3 + [0] * 2
+
+
 def test_long_cycled_recording_finds_its_speakers(diarizer: Diarizer, tmp_path: Path) -> None:
     """300 s cycling two synthetic conversations and a real AMI excerpt (five voices, one
     shared by both conversations, each returning two or three times), read through the
@@ -333,6 +360,50 @@ def test_short_clips_are_one_speaker_over_their_speech(diarizer: Diarizer, siler
         assert [x for t in turns for x in (t.start, t.end)] == pytest.approx(
             [x for span in expected for x in span])
     assert diarizer.diarize(np.zeros(SAMPLE_RATE, np.float32), []) == []
+
+
+def test_short_speech_keeps_to_the_segmentation_models_speech(diarizer: Diarizer,
+                                                               tmp_path: Path) -> None:
+    """AMI trn02 (30 s, one 0.69 s turn) through the service's VAD takes the short-speech
+    path: one speaker, its turn kept to where the segmentation model hears speech inside
+    the VAD's padded region (the padding was false alarm: DER 33% at the region's edges).
+    A region the model hears nothing in stays whole; silence gives no turn."""
+    from evaluation.diarization import der_counts, read_rttm
+    from pipeline.audio import decode_to_pcm
+    from pipeline.diarization.segmentation import Segmenter
+    from pipeline.engines import PcmSamples
+    from pipeline.vad import SileroVad, VadOptions, speech_regions
+
+    pcm = tmp_path / "trn02.pcm"
+    with open(pcm, "wb") as out:
+        duration = decode_to_pcm(EVAL / "real/pyannote_ami/trn02.wav", out)
+    speech = speech_regions(pcm, VadOptions(), SileroVad())
+    assert sum(r.duration for r in speech) < 2 * diarizer.options.min_speaker
+    with PcmSamples(pcm) as samples:
+        audio = np.asarray(samples[:len(samples)], np.float32)
+    turns = diarizer.diarize(audio, speech)
+    _check_turns(turns, speech)
+    assert {t.speaker for t in turns} == {0}
+    assert sum(t.end - t.start for t in turns) < sum(r.duration for r in speech) - 0.1
+    # frames the model is sure of (10 s of real audio around the region) are covered
+    seg = Segmenter()
+    start = max(0.0, speech[0].start - 4.5)
+    first = int(round(start * SAMPLE_RATE))
+    prob = seg.speech([audio[first:first + seg.window_samples]])[0]
+    at = start + np.arange(len(prob)) * seg.frame_step + seg.frame_duration / 2
+    sure = at[(prob > 0.5) & (at > speech[0].start) & (at < speech[-1].end)]
+    assert len(sure) > 10
+    assert all(any(t.start <= x <= t.end for t in turns) for x in sure)
+    c = der_counts(read_rttm(EVAL / "real/pyannote_ami/trn02.rttm"), turns, duration)
+    assert (c["miss"] + c["fa"] + c["conf"]) / c["ref"] < 0.3
+    # as the VAD gave it where the model is not asked, or hears nothing
+    plain = Diarizer(diarizer._embedder, DiarizationOptions(short_onset=0.0))  # noqa: SLF001
+    assert [x for t in plain.diarize(audio, speech) for x in (t.start, t.end)] == \
+        pytest.approx([x for r in speech for x in (r.start, r.end)])
+    silence = np.zeros(12 * SAMPLE_RATE, np.float32)
+    assert diarizer.diarize(silence, []) == []
+    assert [(t.speaker, t.start, t.end) for t in diarizer.diarize(
+        silence, [Region(4.0, 5.0)])] == [(0, 4.0, 5.0)]
 
 
 def test_no_speech_and_tiny_speech(diarizer: Diarizer) -> None:
