@@ -78,107 +78,86 @@ async def test_processing_jobs_are_dispatched_again_after_each_change_of_partiti
     assert [key for _, key, _ in sent] == ["tr_p", "tr_p"]
 
 
+class _Worker:
+    """A reconciler over a stand-in Faust app: its assignment, its ledger table, the
+    ``on_rebalance_complete`` signal it connects to, and the keys it dispatched."""
+
+    def __init__(self) -> None:
+        import asyncio
+        from types import SimpleNamespace
+
+        from pipeline.reconcile import Reconciler
+
+        recovered = asyncio.Event()
+        recovered.set()
+        self.assignment = {("a5s-account-events", 0)}
+        self.handlers: list[Any] = []
+        self.app = SimpleNamespace(
+            rebalancing=False, in_recovery=False,
+            on_rebalance_complete=SimpleNamespace(connect=self.handlers.append),
+            tables=SimpleNamespace(recovery=SimpleNamespace(completed=recovered)),
+            consumer=SimpleNamespace(assignment=lambda: set(self.assignment)))
+        self.table: dict[str, bytes] = {}
+        self.sent: list[str] = []
+
+        async def publish(spec: object, key: str, value: object) -> None:
+            self.sent.append(key)
+
+        async def no_lost_rows(now: datetime) -> list[str]:
+            return []
+
+        ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-",
+                                                                partitions=4))
+        self.reconciler = Reconciler(self.app, ctx, self.table, publish)  # type: ignore[arg-type]
+        self.reconciler.once = no_lost_rows  # type: ignore[method-assign]
+
+    def processing(self, *tids: str) -> None:
+        state = AccountState(processing={tid: Running(started_at=NOW) for tid in tids})
+        self.table["acct_a"] = state.model_dump_json().encode()
+
+    async def rebalance_complete(self) -> None:
+        """Faust's signal: the tables are recovered (at start and after each rebalance)."""
+        for handler in self.handlers:
+            await handler(self.app)
+
+
 async def test_jobs_dispatched_since_the_recovery_are_not_dispatched_again() -> None:
     """The first tick comes up to an interval after the tables are recovered: the jobs this
     process dispatched meanwhile (their records written after any loss) are left alone; the
     recovered ledger's other processing jobs are resumed, as after every rebalance."""
-    import asyncio
-    from types import SimpleNamespace
-
-    from pipeline.reconcile import Reconciler
-    from schemas.records import Dispatch
-
-    recovered = asyncio.Event()
-    recovered.set()
-    assignment = {("a5s-account-events", 0)}
-    handlers: list[Any] = []
-    signal = SimpleNamespace(connect=handlers.append)  # Faust's on_rebalance_complete
-
-    async def rebalance_complete() -> None:
-        for handler in handlers:
-            await handler(app)
-
-    app = SimpleNamespace(rebalancing=False, in_recovery=False, on_rebalance_complete=signal,
-                          tables=SimpleNamespace(recovery=SimpleNamespace(completed=recovered)),
-                          consumer=SimpleNamespace(assignment=lambda: set(assignment)))
-    state = AccountState(processing={"tr_left": Running(started_at=NOW),
-                                     "tr_new": Running(started_at=NOW)})
-    table = {"acct_a": state.model_dump_json().encode()}
-    sent: list[str] = []
-
-    async def publish(spec: object, key: str, value: Dispatch) -> None:
-        sent.append(key)
-
-    async def no_lost_rows(now: datetime) -> list[str]:
-        return []
-
-    ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-", partitions=4))
-    reconciler = Reconciler(app, ctx, table, publish)  # type: ignore[arg-type]
-    reconciler.once = no_lost_rows  # type: ignore[method-assign]
-
-    await rebalance_complete()  # process start: the tables are recovered
+    worker = _Worker()
+    reconciler = worker.reconciler
+    worker.processing("tr_left", "tr_new")
+    await worker.rebalance_complete()  # process start: the tables are recovered
     reconciler.dispatched("tr_new")  # the accounts agent dispatched it since
     await reconciler.tick()
-    assert sent == ["tr_left"]
+    assert worker.sent == ["tr_left"]
     reconciler.dispatched("tr_later")  # between rebalances nothing is collected
     assert reconciler.fresh is None
-    app.rebalancing = True  # a rebalance: the records dispatched before it may be lost
-    assignment.add(("a5s-account-events", 1))
+    worker.app.rebalancing = True  # a rebalance: the records dispatched before it may be lost
+    worker.assignment.add(("a5s-account-events", 1))
     await reconciler.tick()
-    await rebalance_complete()
-    app.rebalancing = False
+    await worker.rebalance_complete()
+    worker.app.rebalancing = False
     await reconciler.tick()  # both are resumed: neither was dispatched since the recovery
-    assert sent == ["tr_left", "tr_left", "tr_new"]
+    assert worker.sent == ["tr_left", "tr_left", "tr_new"]
 
 
 async def test_a_rebalance_that_keeps_the_partitions_resumes_too() -> None:
     """A group settling after a broker restart can rebalance again with the same partitions,
     and a worker can drop the records it fetched around it: the jobs dispatched before that
     recovery are dispatched again; those dispatched after it are left alone."""
-    import asyncio
-    from types import SimpleNamespace
-
-    from pipeline.reconcile import Reconciler
-    from schemas.records import Dispatch
-
-    recovered = asyncio.Event()
-    recovered.set()
-    handlers: list[Any] = []
-
-    async def rebalance_complete() -> None:
-        for handler in handlers:
-            await handler(app)
-
-    app = SimpleNamespace(rebalancing=False, in_recovery=False,
-                          on_rebalance_complete=SimpleNamespace(connect=handlers.append),
-                          tables=SimpleNamespace(recovery=SimpleNamespace(completed=recovered)),
-                          consumer=SimpleNamespace(assignment=lambda: {("a5s-account-events", 0)}))
-    table: dict[str, bytes] = {}
-    sent: list[str] = []
-
-    def processing(*tids: str) -> None:
-        state = AccountState(processing={tid: Running(started_at=NOW) for tid in tids})
-        table["acct_a"] = state.model_dump_json().encode()
-
-    async def publish(spec: object, key: str, value: Dispatch) -> None:
-        sent.append(key)
-
-    async def no_lost_rows(now: datetime) -> list[str]:
-        return []
-
-    ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-", partitions=4))
-    reconciler = Reconciler(app, ctx, table, publish)  # type: ignore[arg-type]
-    reconciler.once = no_lost_rows  # type: ignore[method-assign]
-
-    await rebalance_complete()  # process start
-    processing("tr_first")
+    worker = _Worker()
+    reconciler = worker.reconciler
+    await worker.rebalance_complete()  # process start
+    worker.processing("tr_first")
     reconciler.dispatched("tr_first")
     await reconciler.tick()
     await reconciler.tick()
-    assert sent == []  # dispatched after the recovery, and nothing happened since
-    await rebalance_complete()  # the group rebalances again; the partitions stay
-    processing("tr_first", "tr_second")
+    assert worker.sent == []  # dispatched after the recovery, and nothing happened since
+    await worker.rebalance_complete()  # the group rebalances again; the partitions stay
+    worker.processing("tr_first", "tr_second")
     reconciler.dispatched("tr_second")
     await reconciler.tick()
     await reconciler.tick()
-    assert sent == ["tr_first"]
+    assert worker.sent == ["tr_first"]

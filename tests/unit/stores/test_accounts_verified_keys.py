@@ -8,12 +8,8 @@ ClickHouse statements of one authentication."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
-
-from ops.stack import REPO
 
 SCENARIO = """
 import asyncio, json, sys
@@ -75,16 +71,11 @@ asyncio.run(main())
 """
 
 
-def _run(script: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_a_kept_key_is_refused_on_the_next_request_after_a_change(
-        tmp_path: Path, valkey: str) -> None:
-    out = _run(SCENARIO, str(tmp_path / "ch"), valkey, "auth1:")
+        tmp_path: Path, valkey: str, own_process: Callable[..., dict]) -> None:
+    out = own_process(SCENARIO, str(tmp_path / "ch"), valkey, "auth1:")
     status, commands, queries = out["first"]
     assert status == "active" and commands > 1
     # verified again: one Redis command (the generation), no ClickHouse

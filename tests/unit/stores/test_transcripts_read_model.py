@@ -7,12 +7,8 @@ statements a step ran: 0 means the read model answered.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
+from collections.abc import Callable
 from pathlib import Path
-
-from ops.stack import REPO
 
 _PRELUDE = """
 import asyncio, json, sys
@@ -208,17 +204,12 @@ scenario(main)
 """
 
 
-def _run(script: str, *args: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", script, *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_read_model_answers_every_state_and_falls_back_to_clickhouse(
-        tmp_path: Path, valkey: str) -> None:
+        tmp_path: Path, valkey: str, own_process: Callable[..., dict]) -> None:
     from stores.transcripts import DONE_TTL_S, LIVE_TTL_S
-    out = _run(LIFECYCLE, str(tmp_path / "ch"), valkey, "rm1:")
+    out = own_process(LIFECYCLE, str(tmp_path / "ch"), valkey, "rm1:")
 
     def state(value: dict) -> tuple:
         return value["status"], value["deleted"], value["metadata"], value["duration"]
@@ -265,8 +256,8 @@ def test_read_model_answers_every_state_and_falls_back_to_clickhouse(
 
 
 def test_list_pages_are_reused_only_while_no_row_of_the_account_changed(
-        tmp_path: Path, valkey: str) -> None:
-    out = _run(LISTS, str(tmp_path / "ch"), valkey, "rm2:")
+        tmp_path: Path, valkey: str, own_process: Callable[..., dict]) -> None:
+    out = own_process(LISTS, str(tmp_path / "ch"), valkey, "rm2:")
     queued = [["tr_2", "queued"], ["tr_1", "queued"]]
     assert out["first"] == [queued, 1]
     assert out["again"] == [queued, 0], "an unchanged account's page is answered again"
@@ -287,8 +278,8 @@ def test_list_pages_are_reused_only_while_no_row_of_the_account_changed(
 
 
 def test_processing_is_kept_in_the_read_model_and_shown_at_once(
-        tmp_path: Path, valkey: str) -> None:
-    out = _run(LIVE, str(tmp_path / "ch"), valkey, "rm3:")
+        tmp_path: Path, valkey: str, own_process: Callable[..., dict]) -> None:
+    out = own_process(LIVE, str(tmp_path / "ch"), valkey, "rm3:")
     queued = [["tr_2", "queued"], ["tr_1", "queued"]]
     assert out["first"] == [queued, 1]
     row, queries, inserts, stored = out["processing"]
