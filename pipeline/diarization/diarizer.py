@@ -149,13 +149,7 @@ class Diarizer:
         try:
             for s in _merge(regions, duration, pad=seg.window / 2, gap=opts.join_gap):
                 starts = _window_starts(s, seg.window, opts.step)
-                batch = []
-                for start in starts:
-                    first = int(round(start * SAMPLE_RATE))
-                    last = min(first + width, int(round(s.end * SAMPLE_RATE)), len(audio))
-                    x = np.zeros(width, np.float32)
-                    x[:max(0, last - first)] = audio[first:last]
-                    batch.append(x)
+                batch = [_window(audio, start, s.end, width) for start in starts]
                 prob = np.concatenate([seg.speech(batch[i:i + opts.batch_size])
                                        for i in range(0, len(batch), opts.batch_size)])
                 frames = prob.shape[1]
@@ -194,12 +188,8 @@ class Diarizer:
         for b in range(0, len(chunks.starts), opts.batch_size):
             batch = []
             for c in range(b, min(b + opts.batch_size, len(chunks.starts))):
-                stretch = stretches[chunks.stretch[c]]
-                first = int(round(chunks.starts[c] * SAMPLE_RATE))
-                last = min(first + width, int(round(stretch.end * SAMPLE_RATE)), len(audio))
-                x = np.zeros(width, np.float32)
-                x[:max(0, last - first)] = audio[first:last]
-                batch.append(x)
+                batch.append(_window(audio, chunks.starts[c], stretches[chunks.stretch[c]].end,
+                                     width))
             parts.append(seg(batch).astype(np.uint8))
             if len(parts) % _TRIM_EVERY == 0:
                 _trim_heap()
@@ -522,6 +512,16 @@ class Diarizer:
               int(round(opts.pause_reach / seg.frame_step)))
         turns = _to_turns(active, seg.frame_step, shift, opts.min_gap)
         return turns if speech is None else _clip(turns, speech)
+
+
+def _window(audio, start: float, end: float, width: int) -> np.ndarray:
+    """A model window's samples from ``start`` s: zeros past the stretch's ``end`` (or the
+    audio's), so no window hears speech outside its stretch."""
+    first = int(round(start * SAMPLE_RATE))
+    last = min(first + width, int(round(end * SAMPLE_RATE)), len(audio))
+    x = np.zeros(width, np.float32)
+    x[:max(0, last - first)] = audio[first:last]
+    return x
 
 
 def _window_starts(stretch: Region, window: float, step: float) -> list[float]:
