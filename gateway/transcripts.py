@@ -12,6 +12,7 @@ from schemas.api import CreateTranscript, TranscriptSummary
 from schemas.errors import InvalidRequest
 from schemas.rows import TranscriptRow
 from stores.context import Context
+from stores.memo import Memo
 
 from .base import BaseHandler
 from .jobs import JobService
@@ -54,18 +55,15 @@ class ListJson:
 
     MAX_ROWS = 10_000
 
-    def __init__(self) -> None:
-        self._rows: dict[tuple[object, ...], bytes] = {}
+    def __init__(self, most: int = MAX_ROWS) -> None:
+        self._rows: Memo[tuple[object, ...], bytes] = Memo(most)
 
     def summary(self, row: TranscriptRow) -> bytes:
         key = (row.id, row.version, row.status, row.deleted, row.webhook_status_code,
                row.error_code)
         found = self._rows.get(key)
         if found is None:
-            found = _SUMMARY.dump_json(row.summary(), by_alias=True)
-            if len(self._rows) >= self.MAX_ROWS:
-                del self._rows[next(iter(self._rows))]
-            self._rows[key] = found
+            found = self._rows[key] = _SUMMARY.dump_json(row.summary(), by_alias=True)
         return found
 
     def page(self, rows: Sequence[TranscriptRow], *, has_more: bool,

@@ -28,6 +28,7 @@ from schemas.settings import DefaultLimits
 from topologies.redis_keys import ACCOUNT_CACHE, AUTH_GENERATION, KEY_CACHE
 
 from .clickhouse import ClickHouse
+from .memo import Memo
 from .redis import RedisStore
 
 __all__ = ["Accounts", "hash_key", "KEY_PREFIX", "MAX_ACTIVE_KEYS"]
@@ -56,7 +57,7 @@ class Accounts:
         self.redis = redis
         self.defaults = defaults
         self._console_lock = asyncio.Lock()
-        self._verified: dict[str, tuple[str, float, AccountRow, ApiKeyRow]] = {}
+        self._verified: Memo[str, tuple[str, float, AccountRow, ApiKeyRow]] = Memo(VERIFIED_MAX)
         """Keys this process verified, by digest: (auth generation read before, when
         (monotonic), account, key)."""
 
@@ -175,8 +176,6 @@ class Accounts:
                 await self.redis.set_json(secrets.token_hex(8), *AUTH_GENERATION.key(),
                                           only_new=True)
             else:
-                while len(self._verified) >= VERIFIED_MAX:
-                    del self._verified[next(iter(self._verified))]
                 self._verified[digest] = (generation, time.monotonic(), *found)
         return found
 

@@ -33,6 +33,7 @@ from schemas.records import TranscriptResult
 from schemas.rows import STATE_RANK, TranscriptRow, UsageEventRow, version_for
 
 from .clickhouse import ClickHouse, RemoteClickHouse
+from .memo import Memo
 from .redis import RedisStore
 
 __all__ = ["Transcripts", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX", "LIST_REUSE_S",
@@ -76,7 +77,7 @@ class Transcripts:
                           tuple[str, float, tuple[TranscriptRow, ...]]] = {}
         """List pages by (account, limit, status, before): (list stamp, when, rows)."""
         self._page_rows = 0
-        self._live_rows: dict[str, TranscriptRow] = {}
+        self._live_rows: Memo[str, TranscriptRow] = Memo(LIVE_ROWS_MAX)
         """Live rows parsed by the list's overlay, by their JSON."""
 
     async def _store(self, row: TranscriptRow) -> None:
@@ -159,10 +160,7 @@ class Transcripts:
         calls overlay the same running jobs' rows again and again."""
         found = self._live_rows.get(live_json)
         if found is None:
-            found = TranscriptRow.model_validate_json(live_json)
-            if len(self._live_rows) >= LIVE_ROWS_MAX:
-                del self._live_rows[next(iter(self._live_rows))]
-            self._live_rows[live_json] = found
+            found = self._live_rows[live_json] = TranscriptRow.model_validate_json(live_json)
         return found
 
     async def insert(self, row: TranscriptRow) -> None:

@@ -57,8 +57,7 @@ def test_a_rows_new_version_is_serialised_again() -> None:
 
 
 def test_kept_summaries_are_bounded() -> None:
-    lists = ListJson()
-    lists.MAX_ROWS = 3
+    lists = ListJson(most=3)
     rows = [_row(n) for n in range(1, 6)]
     assert lists.page(rows, has_more=False, next_before=None) == _schema(rows, False, None)
     assert len(lists._rows) == 3
