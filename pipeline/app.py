@@ -36,7 +36,7 @@ from topologies.topics import ADMISSIONS, CHANGELOG_CONFIG, DISPATCH, SETTLED, T
 
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
-from .faust_transport import App
+from .faust_transport import WATCH_INTERVAL_S, App, PartitionWatch
 from .reconcile import RECONCILE_INTERVAL_S, Reconciler
 from .stages import Ports, Publish, fail
 from .stages.decode import url_fetcher
@@ -50,8 +50,9 @@ log = logging.getLogger("a5s.pipeline")
 
 
 def create_app(settings: Settings) -> faust.App:
-    """Faust settings tuned for a small broker: group joins in seconds, not 30 s."""
-    return App(
+    """Faust settings tuned for a small broker (group joins in seconds, not 30 s), and the
+    consumer's partition watch: a timer of the transport, not a node of the dataflow."""
+    app = App(
         settings.app_id, broker=f"kafka://{settings.bootstrap}", store="memory://",
         topic_partitions=settings.partitions,
         topic_replication_factor=settings.replication_factor,
@@ -60,6 +61,8 @@ def create_app(settings: Settings) -> faust.App:
         consumer_auto_offset_reset="earliest", web_enabled=False, autodiscover=False,
         producer_acks=-1, table_standby_replicas=0, stream_wait_empty=False,
         key_serializer="raw", value_serializer="raw", logging_config=None)
+    app.timer(WATCH_INTERVAL_S, name="a5s.partition-watch")(PartitionWatch(app).tick)
+    return app
 
 
 def resolve(dotted: str) -> Any:

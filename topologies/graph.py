@@ -2,8 +2,9 @@
 
 This table is the source of truth. The worker registers its agents, timers and tasks
 from the nodes here alone (``pipeline.app.Pipeline.register``: each node names its
-handler), a node's publish function refuses a topic the node does not declare in
-``writes``, and ``a5s topology`` prints it. Batch::
+handler; only the consumer's own partition watch is not a node), a node's publish
+function refuses a topic the node does not declare in ``writes``, and ``a5s topology``
+prints it. Batch::
 
     gateway ──account-events──► accounts ──dispatch──► decode ──account-events (duration)──► accounts
     accounts ──admissions──► chunk ──chunks──► transcribe ──transcribed──► diarize ──outcomes──► finalize
