@@ -139,6 +139,8 @@ def run_cluster_scale(diarizer: Diarizer, hours: float, voices: int = 12) -> Non
     chunks.activity = np.zeros((n, frames, 3), np.uint8)
     chunks.activity[:, : frames // 2, 0] = 1
     chunks.activity[:, frames // 2:, 1] = 1
+    chunks.talk = chunks.activity * np.uint8(255)  # sure of every label: no overlap heard
+    chunks.overlap = np.zeros((n, frames), np.uint8)
     chunks.labels = np.full((n, 3), -1, np.int64)
     means = rng.normal(size=(voices, SpeakerEmbedder.dim))
     owners = [(c, j) for c in range(0, n, opts.embed_every) for j in (0, 1)]

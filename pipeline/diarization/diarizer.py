@@ -69,6 +69,10 @@ class _Chunks:
     embedded: list[bool] = field(default_factory=list)
     activity: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 3), np.uint8))
     labels: np.ndarray = field(default_factory=lambda: np.zeros((0, 3), np.int64))
+    # per window and frame, in 1/255: each local speaker's probability of talking, and
+    # the probability that two talk at once (the model's soft output behind ``activity``)
+    talk: np.ndarray = field(default_factory=lambda: np.zeros((0, 0, 3), np.uint8))
+    overlap: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), np.uint8))
     # (window, speaker) of a local speaker whose pieces held different voices -> the
     # (first, last) segmentation frame of each piece and the embedding row it went to
     parts: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
@@ -185,20 +189,29 @@ class Diarizer:
                 chunks.offsets.append(int(round(start / seg.frame_step)))
                 chunks.embedded.append(i % opts.embed_every == 0 or i == len(starts) - 1)
         parts: list[np.ndarray] = []
+        talk: list[np.ndarray] = []
+        overlap: list[np.ndarray] = []
         for b in range(0, len(chunks.starts), opts.batch_size):
             batch = []
             for c in range(b, min(b + opts.batch_size, len(chunks.starts))):
                 batch.append(_window(audio, chunks.starts[c], stretches[chunks.stretch[c]].end,
                                      width))
-            parts.append(seg(batch).astype(np.uint8))
+            hard, prob, two = seg.soft(batch)
+            parts.append(hard.astype(np.uint8))
+            talk.append(np.round(prob * 255).astype(np.uint8))
+            overlap.append(np.round(two * 255).astype(np.uint8))
             if len(parts) % _TRIM_EVERY == 0:
                 _trim_heap()
         chunks.activity = np.concatenate(parts)
+        chunks.talk = np.concatenate(talk)
+        chunks.overlap = np.concatenate(overlap)
         # Frames past a stretch's end were zeros, not silence heard: nobody speaks there.
         for c, start in enumerate(chunks.starts):
             end = stretches[chunks.stretch[c]].end
             keep = int(np.ceil((end - start) / seg.frame_step))
             chunks.activity[c, max(0, keep):] = 0
+            chunks.talk[c, max(0, keep):] = 0
+            chunks.overlap[c, max(0, keep):] = 0
         chunks.labels = np.full(chunks.activity.shape[::2], -1, np.int64)
         return chunks
 
@@ -474,6 +487,8 @@ class Diarizer:
         frames = chunks.activity.shape[1]
         total = max(chunks.offsets) + frames
         votes = np.zeros((total, k), np.float32)
+        soft = np.zeros((total, k), np.float32)  # the same votes from soft activity
+        two = np.zeros(total, np.float32)
         talkers = np.zeros(total, np.float32)
         cover = np.zeros(total, np.float32)
         for c, o in enumerate(chunks.offsets):
@@ -482,16 +497,22 @@ class Diarizer:
             n = min(frames, max(0, int(np.ceil((end - chunks.starts[c]) / seg.frame_step))))
             talkers[o:o + n] += act[:n].sum(1)
             cover[o:o + n] += 1
+            two[o:o + n] += chunks.overlap[c, :n] / np.float32(255)
+            talk = chunks.talk[c, :n] / np.float32(255)
             mine = np.zeros((n, k), np.float32)
+            smine = np.zeros((n, k), np.float32)
             for j in range(act.shape[1]):
                 if (c, j) in chunks.frame_labels:
                     lab = chunks.frame_labels[(c, j)][:n]
                     on = np.flatnonzero(lab >= 0)
                     mine[on, lab[on]] = np.maximum(mine[on, lab[on]], act[on, j])
+                    smine[on, lab[on]] = np.maximum(smine[on, lab[on]], talk[on, j])
                 elif chunks.labels[c, j] >= 0:
-                    mine[:, chunks.labels[c, j]] = np.maximum(mine[:, chunks.labels[c, j]],
-                                                              act[:n, j])
+                    g = chunks.labels[c, j]
+                    mine[:, g] = np.maximum(mine[:, g], act[:n, j])
+                    smine[:, g] = np.maximum(smine[:, g], talk[:, j])
             votes[o:o + n] += mine
+            soft[o:o + n] += smine
         count = np.floor(talkers / np.maximum(cover, 1) + 0.5).astype(np.int64)
         shift = seg.frame_duration / 2 - seg.frame_step / 2
         if speech is not None:  # only frames centred inside the VAD's (widened) speech
@@ -501,11 +522,19 @@ class Diarizer:
                 hi = int(np.floor((r.end - shift) / seg.frame_step)) + 1
                 keep[max(0, lo):max(0, hi)] = True
             count[~keep] = 0
+        # Where the windows' hard labels mostly hear one voice but the model's probability
+        # of two at once, averaged over them, reaches overlap_onset, two talk: the argmax
+        # hears an overlap only where the pair is the single most likely class.
+        extra = (count == 1) & (two >= opts.overlap_onset * np.maximum(cover, 1)) \
+            if opts.overlap_onset > 0 else np.zeros(total, bool)
+        extra = _lasting(extra, int(np.ceil(opts.min_gap / seg.frame_step)))
+        count[extra] = 2
         active = np.zeros((total, k), bool)
         for lo in range(0, total, 65536):  # bounded temporaries on long files
             v, n = votes[lo:lo + 65536], count[lo:lo + 65536]
             rank = np.argsort(np.argsort(-v, axis=1, kind="stable"), axis=1, kind="stable")
             active[lo:lo + 65536] = (rank < n[:, None]) & (v > 0)
+        _second_voice(active, extra, soft)
         # A change of voice is known only to about a piece or a window step: where Silero
         # heard a pause that near it, the change goes there.
         _snap(active, np.round((chunks.pauses - shift) / seg.frame_step).astype(np.int64),
@@ -644,6 +673,34 @@ def _snap(active: np.ndarray, pauses: np.ndarray, reach: int) -> None:
         active[lo:hi] = False
         active[lo:hi, a if e > t else b] = True
         who[lo:hi] = a if e > t else b
+
+
+def _lasting(mask: np.ndarray, frames: int) -> np.ndarray:
+    """``mask`` without its runs shorter than ``frames``."""
+    col = np.concatenate([[False], mask, [False]]).astype(np.int8)
+    edges = np.flatnonzero(np.diff(col))
+    out = mask.copy()
+    for a, b in zip(edges[::2], edges[1::2]):
+        if b - a < frames:
+            out[a:b] = False
+    return out
+
+
+def _second_voice(active: np.ndarray, extra: np.ndarray, soft: np.ndarray) -> None:
+    """Frames ``extra`` (two talk) where ``active`` holds one speaker take as the second the
+    speaker with the most ``soft`` votes besides the first (the windows' probabilities that
+    its local speakers talk), if any has some; in place.
+
+    Where the model's hard labels hear one voice, the second voice's local speaker was
+    mostly not its single most likely class, so its hard votes are few or none; its soft
+    probability still says who it is."""
+    lone = np.flatnonzero(extra & (active.sum(1) == 1))
+    if not len(lone):
+        return
+    other = np.where(active[lone], 0, soft[lone])
+    best = other.argmax(1)
+    ok = other[np.arange(len(lone)), best] > 0
+    active[lone[ok], best[ok]] = True
 
 
 def _edges(speech: list[Region], duration: float) -> np.ndarray:

@@ -81,6 +81,11 @@ class DiarizationOptions(BaseModel):
         "frame, rather than one speaker for the whole window: where the segmentation "
         "hears two alternating voices as one local speaker, each instant follows the "
         "embeddings made there."))
+    overlap_onset: float = Field(0.3, ge=0, le=1, description=(
+        "Frames where the segmentation model's probability that two speak at once, "
+        "averaged over its windows, reaches this hold two speakers even where most "
+        "windows' hard (argmax) labels hear one; the second is the speaker whose local "
+        "speakers the model gives most probability besides the first. 0: off."))
     min_gap: float = Field(0.1, ge=0, description=(
         "Pauses of one speaker shorter than this, s, are bridged."))
     batch_size: int = Field(8, ge=1, description=(

@@ -203,6 +203,19 @@ class Segmenter:
             return np.zeros((0, 0, self.speakers), dtype=np.float32)
         return self._classes[self._logp(chunks).argmax(-1)]
 
+    def soft(self, chunks: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The hard activity of ``__call__`` with, from the same forward pass, each local
+        speaker's probability of talking, (chunks, frames, 3), and the probability that two
+        talk at once, (chunks, frames): the sums of the powerset classes that hold them."""
+        if not len(chunks):
+            return (np.zeros((0, 0, self.speakers), np.float32),
+                    np.zeros((0, 0, self.speakers), np.float32), np.zeros((0, 0), np.float32))
+        logp = self._logp(chunks)
+        prob = np.exp(logp)
+        pairs = self._classes.sum(1) >= 2
+        return (self._classes[logp.argmax(-1)], (prob @ self._classes).astype(np.float32),
+                prob[..., pairs].sum(-1).astype(np.float32))
+
     def speech(self, chunks: Sequence[np.ndarray]) -> np.ndarray:
         """Probability that anyone speaks, per frame of equal-length chunks: (chunks, frames),
         one minus the silence class's probability."""
