@@ -26,7 +26,7 @@ import faust
 from faust.transport.drivers import aiokafka as faust_aiokafka
 from faust.types import TP
 
-__all__ = ["App", "PartitionWatch", "Lag", "stalled", "WATCH_INTERVAL_S", "STALL_AFTER_S"]
+__all__ = ["App", "settled", "PartitionWatch", "Lag", "stalled", "WATCH_INTERVAL_S", "STALL_AFTER_S"]
 
 log = logging.getLogger("a5s.pipeline")
 
@@ -54,6 +54,14 @@ class App(faust.App):
 
     def _new_transport(self) -> Any:
         return _Transport(self.conf.broker_consumer, self)
+
+
+def settled(app: Any) -> bool:
+    """No rebalance or table recovery under way: the tables and positions are whole. (Read
+    with defaults, so stand-in apps in tests need only what they model.)"""
+    recovery = getattr(getattr(app, "tables", None), "recovery", None)
+    return (not getattr(app, "rebalancing", False) and not getattr(app, "in_recovery", False)
+            and recovery is not None and recovery.completed.is_set())
 
 
 # --- partitions whose records sit unread --------------------------------------------------------
@@ -125,8 +133,7 @@ class PartitionWatch:
 
     async def check(self, now: float) -> list[TP]:
         app, consumer = self.app, self.app.consumer
-        recovery = app.tables.recovery
-        if app.rebalancing or app.in_recovery or not recovery.completed.is_set():
+        if not settled(app):
             self.marks.clear()  # positions are being set right now
             return []
         changelogs = app.tables.changelog_topics

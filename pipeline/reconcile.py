@@ -44,6 +44,7 @@ from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS, DISPATCH
 
 from .accounts import AccountState
+from .faust_transport import settled
 
 __all__ = ["unseen", "Reconciler", "RECONCILE_INTERVAL_S", "RECONCILE_AFTER_S"]
 
@@ -161,7 +162,4 @@ class Reconciler:
 
     def _ready(self) -> bool:
         """Not while a rebalance or table recovery is under way: the state is incomplete."""
-        app = self.app
-        recovery = getattr(getattr(app, "tables", None), "recovery", None)
-        return (not getattr(app, "rebalancing", False) and not getattr(app, "in_recovery", False)
-                and recovery is not None and recovery.completed.is_set())
+        return settled(self.app)

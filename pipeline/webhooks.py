@@ -49,6 +49,8 @@ from topologies.objects import JobFiles
 from topologies.tables import WEBHOOK_DELIVERIES
 from topologies.topics import CHANGELOG_CONFIG
 
+from .faust_transport import settled
+
 __all__ = ["Outcome", "Delivery", "Decision", "decide", "advance", "register", "address_policy",
            "event_body", "WebhookSender", "WebhookScheduler", "RETRYABLE_4XX", "MAX_REDIRECTS",
            "TABLE", "SCAN_INTERVAL_S", "abandon"]
@@ -350,10 +352,7 @@ class WebhookScheduler:
 
     def _ready(self) -> bool:
         """Not while the table is being rebuilt: a half-recovered entry could repeat work."""
-        app = self.app
-        recovery = getattr(getattr(app, "tables", None), "recovery", None)
-        return (not getattr(app, "rebalancing", False) and not getattr(app, "in_recovery", False)
-                and recovery is not None and recovery.completed.is_set())
+        return settled(self.app)
 
     def _owned_partitions(self) -> set[int]:
         return {tp.partition for tp in self.app.consumer.assignment() if tp.topic == self.topic}
