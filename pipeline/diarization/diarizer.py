@@ -18,6 +18,7 @@ The way pyannote's own pipeline works, with bounded cost for long files:
 from __future__ import annotations
 
 import ctypes
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -675,12 +676,16 @@ def _snap(active: np.ndarray, pauses: np.ndarray, reach: int) -> None:
         who[lo:hi] = a if e > t else b
 
 
+def _runs(mask: np.ndarray) -> Iterator[tuple[int, int]]:
+    """(first, past last) frame of each run of ``mask``'s true frames, in order."""
+    edges = np.flatnonzero(np.diff(np.concatenate([[False], mask, [False]]).astype(np.int8)))
+    return zip(edges[::2], edges[1::2])
+
+
 def _lasting(mask: np.ndarray, frames: int) -> np.ndarray:
     """``mask`` without its runs shorter than ``frames``."""
-    col = np.concatenate([[False], mask, [False]]).astype(np.int8)
-    edges = np.flatnonzero(np.diff(col))
     out = mask.copy()
-    for a, b in zip(edges[::2], edges[1::2]):
+    for a, b in _runs(mask):
         if b - a < frames:
             out[a:b] = False
     return out
@@ -736,10 +741,8 @@ def _to_turns(active: np.ndarray, step: float, shift: float, min_gap: float) -> 
     order of first speech."""
     spans: list[tuple[float, int, float]] = []
     for k in range(active.shape[1]):
-        col = np.concatenate([[False], active[:, k], [False]]).astype(np.int8)
-        edges = np.flatnonzero(np.diff(col))
         runs: list[list[float]] = []
-        for a, b in zip(edges[::2], edges[1::2]):
+        for a, b in _runs(active[:, k]):
             start, end = max(0.0, a * step + shift), b * step + shift
             if runs and start - runs[-1][1] < min_gap:
                 runs[-1][1] = end
