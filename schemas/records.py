@@ -18,7 +18,8 @@ __all__ = [
     "Record", "AccountLimits", "JobSpec", "Submitted", "Canceled", "DurationKnown", "Finished",
     "LimitsChanged", "SessionOpened", "SessionClosed", "AccountEvent", "Dispatch", "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
-    "TranscriptResult", "RealtimeAudio", "RealtimeMessage",
+    "TranscriptResult", "OpenSegment", "ResumePoint", "RealtimeCheckpoint", "RealtimeAudio",
+    "RealtimeMessage",
 ]
 
 
@@ -217,12 +218,64 @@ class CompletedTranscript(Record):
 
 # --- realtime [key: session_id] ---------------------------------------------------------------
 
+class OpenSegment(Record):
+    """The endpointing state of a live session's open segment."""
+
+    index: int
+    start: int
+    opened_at: int
+    speech: int
+    temp_end: int
+    probs: list[tuple[int, float]]
+    """Recent VAD windows: (end sample, speech probability)."""
+
+
+class ResumePoint(Record):
+    """What a live session's recognizer needs to go on without its earlier audio: taken
+    when every closed segment is settled. Samples are absolute indices of the stream.
+
+    The VAD's own state goes with it, so a recognizer rebuilt from it judges the audio
+    after ``judged`` exactly as the one it replaces would have.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True, ser_json_bytes="base64",
+                              val_json_bytes="base64")
+    start: int
+    """First sample of the audio it needs: the open segment's start, or the preroll."""
+    judged: int
+    """Samples the VAD has judged; the audio after it goes through the VAD again."""
+    settle: int
+    """Index of the next segment to settle."""
+    last_end: int
+    settled: list[str]
+    """The settled texts, in order."""
+    vad: bytes
+    """The VAD's recurrent state and context at ``judged``."""
+    open: OpenSegment | None = None
+
+
+class RealtimeCheckpoint(Record):
+    """Where a live session can be rebuilt from without its earlier audio.
+
+    The worker holding the session writes it into the session's own audio log; from then
+    on it keeps the log only from the audio record it names (the record's ``seq``), and a
+    worker taking the session over replays from there instead of from the session's start.
+    """
+
+    skip: int
+    """Samples of the named record's audio before ``point.start``."""
+    point: ResumePoint
+    vocabulary: list[tuple[str, int]] | None = None
+
+
 class RealtimeAudio(Record):
     """A stretch of a live session's audio (16 kHz s16le ``pcm``, base64 in JSON).
 
     ``seq`` 0 opens the session (``vocabulary``, no audio); ``final`` ends it. ``origin``
     (on every record after the opening one) is the offset of the session's first opening
-    record: a worker that takes the session over replays its audio from there.
+    record: a worker that takes the session over replays its audio from there, or from
+    the latest ``checkpoint`` (a record the worker writes, naming the audio record ``seq``
+    to go on from; it carries no audio and is not part of the live stream).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, ser_json_bytes="base64",
@@ -234,6 +287,7 @@ class RealtimeAudio(Record):
     final: bool = False
     vocabulary: list[tuple[str, int]] | None = None
     origin: int | None = None
+    checkpoint: RealtimeCheckpoint | None = None
 
 
 class RealtimeMessage(Record):

@@ -160,10 +160,11 @@ class RealtimeSettings(BaseModel):
     """Sessions one worker decodes at once; more get ``a5sv2_unavailable``."""
     worker_orphan_s: float = 90.0
     """A worker drops a session that received no audio record for this long."""
-    log_keep_s: float = 60.0
+    log_keep_s: float = 15.0
     """The worker deletes the live topics' records older than this (never less than
-    ``provider_start_timeout_s``) that no session it holds still needs; retention is the
-    bound otherwise. The embedded broker's CPU grows with what its log holds. 0: off."""
+    ``stall_timeout_s``) that no session it holds, or waits to open, still needs: for a
+    live session, what came before its latest checkpoint. Retention is the bound
+    otherwise. The embedded broker's CPU grows with what its log holds. 0: off."""
 
 
 class Settings(BaseSettings):

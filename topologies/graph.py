@@ -16,6 +16,7 @@ prints it. Batch::
 Realtime::
 
     gateway ──realtime-audio──► realtime ──realtime-messages──► gateway (owner of the session)
+    realtime ──realtime-audio (checkpoints)──► realtime (a worker taking a session over)
 
 Object keys and Redis keys are channels too: diarize reads ``speech.json`` that chunk
 wrote, and every stage reads the ``canceled`` flag the gateway sets.
@@ -180,7 +181,7 @@ GRAPH: tuple[Node, ...] = (
     Node("realtime", "service",
          "per-session streaming decoder state; transcript messages back to the gateway",
          handler="pipeline.app:Pipeline.install_realtime",
-         reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES,)),
+         reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES, REALTIME_AUDIO)),
 )
 
 

@@ -21,16 +21,21 @@ with ``final`` ends it. A session whose gateway went silent is dropped after
 session lived on another worker: it died, or a rebalance moved its partition. Every record
 names the offset of the session's opening record (``origin``), so this worker rebuilds the
 session by replaying its audio: a consumer of its own reads the partition from ``origin``
-up to the record that arrived, feeds the session's records to a new engine session (their
-updates are not published: the client has seen them), then goes on with the live records
-queued meanwhile. Messages say ``replaying`` until then, so the gateway holds back any
-transcript that would show less than the client has already seen. Only a record without
+(or from the log's start, when that is gone) up to the record that arrived, feeds the
+session's records to a new engine session (their updates are not published: the client
+has seen them), then goes on with the live records queued meanwhile. Between segments,
+at most every ``CHECKPOINT_INTERVAL_S``, the worker holding a session writes a checkpoint
+into its audio log (:mod:`.checkpoint`): the settled text and where the recognizer can go
+on from. A takeover that finds one restores it and replays only the audio after it.
+Messages say ``replaying`` until then, so the gateway holds back any transcript that
+would show less than the client has already seen. Only a record without
 ``origin`` (an older gateway) or a replay that fails is answered with ``provider_error``,
 and the gateway ends the session with ``a5sv2_unavailable``.
 
 **Trimming.** Every ``TRIM_INTERVAL_S`` the agent deletes the records of its partitions of
 both live topics that no session can need (:mod:`.trim`): older than
-``realtime.log_keep_s`` and, for the audio, before the origin of every session it holds.
+``realtime.log_keep_s`` and, for the audio, before the origin (or the latest checkpoint's
+audio record) of every session it holds or has seen while its models were loading.
 The embedded broker's CPU grows with what its log holds.
 """
 
@@ -49,11 +54,12 @@ from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from schemas.errors import StreamError
-from schemas.records import RealtimeAudio, RealtimeMessage
+from schemas.records import RealtimeAudio, RealtimeCheckpoint, RealtimeMessage
 from schemas.settings import Settings
 from stores.kafka import LIVE_CLIENT
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES, TopicSpec
 
+from .checkpoint import CHECKPOINT_INTERVAL_S, FedAudio, checkpoint_for, resume_audio
 from .engine import RealtimeEngine
 from .models import ModelOptions, StreamingModels
 from .options import EngineOptions
@@ -101,12 +107,21 @@ class _Live:
     """The last record taken in by the decoder."""
     queued: int = 0
     """The last record put in ``inbox``."""
-    inbox: asyncio.Queue[RealtimeAudio] = field(default_factory=asyncio.Queue)
+    inbox: asyncio.Queue[tuple[RealtimeAudio, int]] = field(default_factory=asyncio.Queue)
+    """Records with their offsets."""
     last_record: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     task: asyncio.Task[None] | None = None
     origin: int = 0
-    """Offset of the session's opening record: its log is kept from there."""
+    """Offset its log is kept from: its opening record, then its latest checkpoint's audio
+    record."""
+    gateway_id: str = ""
+    vocabulary: list[tuple[str, int]] | None = None
+    fed: FedAudio = field(default_factory=FedAudio)
+    settled_at: float = 0.0
+    """When a final was last published; a checkpoint is due after it."""
+    checkpointed: float = -CHECKPOINT_INTERVAL_S
+    """When the last checkpoint was written (monotonic): the first final makes one."""
     replay: tuple[int, int] | None = None
     """Offsets ``[origin, until)`` of the partition to replay before the live records."""
     moved: bool = False
@@ -129,10 +144,11 @@ class RealtimeAgent:
         self.engine: RealtimeEngine | None = None
         self.sessions: dict[str, _Live] = {}
         self._ended: dict[str, float] = {}
+        self._waiting: dict[str, tuple[int, int, float]] = {}
+        """Sessions seen while the models load: partition, origin, when first seen."""
         self._assigned: set[int] = set()
         self._loading: asyncio.Task[None] | None = None
-        keep_s = max(self.opts.log_keep_s, self.opts.provider_start_timeout_s,
-                     self.opts.stall_timeout_s)
+        keep_s = max(self.opts.log_keep_s, self.opts.stall_timeout_s)
         self.trim = LogTrim(keep_s) if self.opts.log_keep_s > 0 else None
 
     # --- the consumer loop --------------------------------------------------------------------
@@ -236,6 +252,8 @@ class RealtimeAgent:
         except ValueError:
             log.warning("realtime: undecodable audio record dropped")
             return
+        if record.checkpoint is not None:
+            return  # read only by a takeover's replay
         live = self.sessions.get(record.session_id)
         if live is None:
             await self._open(partition, record, timestamp_ms, offset)
@@ -243,7 +261,7 @@ class RealtimeAgent:
         live.last_record = time.monotonic()
         if record.seq > live.queued:  # a lower one is a replay of a record already taken
             live.queued = record.seq
-            live.inbox.put_nowait(record)
+            live.inbox.put_nowait((record, offset))
 
     async def _open(self, partition: int, record: RealtimeAudio, timestamp_ms: int,
                     offset: int) -> None:
@@ -259,7 +277,10 @@ class RealtimeAgent:
             return
         if not self._ensure_engine():
             # Record 0 is repeated until answered (the gateway shows provider_status); a
-            # moved session's next record tries again, and its replay covers this one.
+            # moved session's next record tries again, and its replay covers this one,
+            # so its log is kept from its origin meanwhile.
+            origin = offset if record.origin is None else record.origin
+            self._waiting.setdefault(sid, (partition, origin, time.monotonic()))
             return
         assert self.engine is not None
         try:
@@ -272,12 +293,13 @@ class RealtimeAgent:
             self._ended[sid] = time.monotonic()
             await self._message(sid, record.seq, "provider_error", text=exc.message)
             return
-        live = _Live(sid, partition, origin=offset if record.origin is None else record.origin)
+        live = _Live(sid, partition, origin=offset if record.origin is None else record.origin,
+                     gateway_id=record.gateway_id, vocabulary=record.vocabulary)
         if moved:
             assert record.origin is not None
             live.replay = (record.origin, offset)
             live.queued = record.seq
-            live.inbox.put_nowait(record)
+            live.inbox.put_nowait((record, offset))
             log.info("realtime: session %s taken over at record %d by process %d; replaying "
                      "offsets %d-%d of partition %d", sid, record.seq, os.getpid(),
                      record.origin, offset, partition)
@@ -285,6 +307,7 @@ class RealtimeAgent:
             log.info("realtime: session %s opened on partition %d by process %d", sid,
                      partition, os.getpid())
         self.sessions[sid] = live
+        self._waiting.pop(sid, None)
         live.task = asyncio.create_task(self._serve(live), name=f"a5s-realtime-{sid}")
 
     async def _acknowledge(self) -> None:
@@ -332,11 +355,15 @@ class RealtimeAgent:
                                            for p in partitions])
         if sorted(self._assigned) != partitions:
             return
-        floors: dict[TopicPartition, int] = {}
-        for live in self.sessions.values():
-            tp = TopicPartition(audio, live.partition)
-            floors[tp] = min(floors.get(tp, live.origin), live.origin)
         now = time.monotonic()
+        for sid, (_, _, since) in list(self._waiting.items()):
+            if now - since > self.opts.provider_start_timeout_s:  # its gateway gave up
+                del self._waiting[sid]
+        floors: dict[TopicPartition, int] = {}
+        held = [(live.partition, live.origin) for live in self.sessions.values()]
+        for partition, origin in held + [(p, o) for p, o, _ in self._waiting.values()]:
+            tp = TopicPartition(audio, partition)
+            floors[tp] = min(floors.get(tp, origin), origin)
         self.trim.observe(now, ends)
         points = self.trim.points(now, floors)
         if points:
@@ -381,10 +408,12 @@ class RealtimeAgent:
                     updates = waiter.result()
                 await self._publish(live, updates)
                 if getter in done:
-                    record, getter = getter.result(), None
-                    live.seq = record.seq
+                    (record, offset), getter = getter.result(), None
+                    live.seq, live.gateway_id = record.seq, record.gateway_id
                     if record.pcm:
-                        await self._publish(live, await engine.accept(live.id, record.pcm))
+                        updates = await engine.accept(live.id, record.pcm)
+                        live.fed.add(record.seq, offset, len(record.pcm) // 2)
+                        await self._publish(live, updates)
                     if record.final:  # acknowledged first: the last finals may take a while
                         await self._message(live.id, live.seq, "progress")
                         await self._publish(live, await engine.finish(live.id))
@@ -393,6 +422,8 @@ class RealtimeAgent:
                 if time.monotonic() - live.last_sent >= PROGRESS_INTERVAL_S:
                     await self._message(live.id, live.seq, "progress")
                     live.last_sent = time.monotonic()
+                if live.settled_at > live.checkpointed + CHECKPOINT_INTERVAL_S:
+                    await self._checkpoint(live)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # the session ends; its gateway must hear of it
@@ -410,40 +441,102 @@ class RealtimeAgent:
             if not live.moved:
                 self._ended[live.id] = time.monotonic()
 
+    async def _checkpoint(self, live: _Live) -> None:
+        """Write where the session can be rebuilt from, once it is between segments; its
+        log is then kept only from the audio record the checkpoint names."""
+        assert self.engine is not None
+        point = self.engine.resume_point(live.id)
+        made = checkpoint_for(point, live.fed, live.vocabulary) if point else None
+        if made is None:
+            return
+        seq, offset, checkpoint = made
+        await self.send(REALTIME_AUDIO, live.id, RealtimeAudio(
+            session_id=live.id, seq=seq, gateway_id=live.gateway_id, checkpoint=checkpoint))
+        live.origin = max(live.origin, offset)
+        live.checkpointed = time.monotonic()
+        log.debug("realtime: session %s checkpointed at record %d (offset %d)", live.id, seq,
+                  offset)
+
     async def _replay(self, live: _Live) -> None:
-        """Rebuild a moved session: its records before the first live one, from the topic."""
+        """Rebuild a moved session: its records before the first live one, from the topic,
+        from its latest checkpoint where there is one."""
         engine = self.engine
         assert engine is not None and live.replay is not None
         origin, until = live.replay
         started = time.monotonic()
-        records = await self._read_back(live.partition, live.id, origin, until)
+        records, checkpoints = await self._read_back(live.partition, live.id, origin, until)
         first_live = live.queued
-        replayed = 0
-        vocabulary = next((r.vocabulary for r in records if r.seq == 0), None)
-        if vocabulary:
-            engine.close(live.id)
-            engine.open(live.id, [VocabularyTerm(text=t, strength=s) for t, s in vocabulary])
-        for record in records:
-            if 0 < record.seq < first_live and record.seq > live.seq:
-                live.seq = record.seq
-                if record.pcm:
-                    await engine.accept(live.id, record.pcm)   # seen by the client already
-                    replayed += len(record.pcm)
+        replayable = [r for r in records if 0 < r[0].seq < first_live]
+        replayed, restored = 0, False
+        for seq, checkpoint in reversed(checkpoints):   # the latest whose audio is all here
+            try:
+                audio = resume_audio(checkpoint, seq, [r for r, _ in replayable if r.seq >= seq])
+            except ValueError as exc:
+                log.info("realtime: session %s: its checkpoint at record %d is not usable: %s",
+                         live.id, seq, exc)
+                continue
+            replayed = await self._restore(live, seq, checkpoint, audio, replayable)
+            restored = True
+            break
+        if not restored:
+            if not records or records[0][0].seq != 0:
+                raise ValueError("the log no longer holds the session's start")
+            vocabulary = records[0][0].vocabulary
+            live.vocabulary = vocabulary
+            if vocabulary:
+                engine.close(live.id)
+                engine.open(live.id, [VocabularyTerm(text=t, strength=s) for t, s in vocabulary])
+            for record, offset in records:
+                if 0 < record.seq < first_live and record.seq > live.seq:
+                    live.seq = record.seq
+                    if record.pcm:
+                        await engine.accept(live.id, record.pcm)   # seen by the client already
+                        live.fed.add(record.seq, offset, len(record.pcm) // 2)
+                        replayed += len(record.pcm)
         await engine.wait_updates(live.id, 0)                   # drop what the replay made
         live.replay = None
-        log.info("realtime: session %s replayed %.1f s of audio (%d records) in %.2f s",
-                 live.id, replayed / 32000, len(records), time.monotonic() - started)
+        log.info("realtime: session %s replayed %.1f s of audio (%d records%s) in %.2f s",
+                 live.id, replayed / 32000, len(records),
+                 ", from a checkpoint" if restored else "", time.monotonic() - started)
 
-    async def _read_back(self, partition: int, sid: str, origin: int,
-                         until: int) -> list[RealtimeAudio]:
-        """The records of ``sid`` at offsets ``[origin, until)`` of ``partition``, by seq."""
+    async def _restore(self, live: _Live, seq: int, checkpoint: RealtimeCheckpoint,
+                       audio: tuple[bytes, bytes],
+                       records: list[tuple[RealtimeAudio, int]]) -> int:
+        """Rebuild the session from its checkpoint: ``audio`` is the primer and the rest
+        (:func:`.checkpoint.resume_audio`). Returns the bytes replayed."""
+        engine = self.engine
+        assert engine is not None
+        primer, rest = audio
+        records = [r for r in records if r[0].seq >= seq]
+        live.vocabulary = checkpoint.vocabulary
+        engine.close(live.id)
+        engine.open(live.id, [VocabularyTerm(text=t, strength=s)
+                              for t, s in checkpoint.vocabulary or ()])
+        engine.restore(live.id, checkpoint.point, primer)
+        if rest:
+            await engine.accept(live.id, rest)                 # seen by the client already
+        live.fed = FedAudio(checkpoint.point.start - checkpoint.skip)
+        for record, offset in records:
+            live.fed.add(record.seq, offset, len(record.pcm) // 2)
+        live.seq = max(live.seq, records[-1][0].seq)
+        live.origin = records[0][1]
+        live.checkpointed = time.monotonic()
+        return len(primer) + len(rest)
+
+    async def _read_back(self, partition: int, sid: str, origin: int, until: int
+                         ) -> tuple[list[tuple[RealtimeAudio, int]],
+                                    list[tuple[int, RealtimeCheckpoint]]]:
+        """The audio records of ``sid`` at offsets ``[origin, until)`` of ``partition``
+        (from the log's start where ``origin`` was deleted), by seq, with their offsets;
+        and its checkpoints there, oldest first, with the seq each names."""
         topic = self.settings.topic_prefix + REALTIME_AUDIO.name
         tp = TopicPartition(topic, partition)
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.settings.bootstrap, group_id=None, enable_auto_commit=False,
-            client_id=f"{self.settings.app_id}-realtime-replay",
+            client_id=f"{self.settings.app_id}-realtime-replay", auto_offset_reset="earliest",
             fetch_max_wait_ms=self.opts.fetch_max_wait_ms)
-        found: dict[int, RealtimeAudio] = {}
+        found: dict[int, tuple[RealtimeAudio, int]] = {}
+        checkpoints: list[tuple[int, RealtimeCheckpoint]] = []
         await consumer.start()
         try:
             consumer.assign([tp])
@@ -457,8 +550,12 @@ class RealtimeAgent:
                         break
                     with contextlib.suppress(ValueError):
                         audio = REALTIME_AUDIO.decode(record.value)
-                        if audio.session_id == sid:
-                            found.setdefault(audio.seq, audio)
+                        if audio.session_id != sid:
+                            continue
+                        if audio.checkpoint is not None:
+                            checkpoints.append((audio.seq, audio.checkpoint))
+                        else:
+                            found.setdefault(audio.seq, (audio, record.offset))
                 if not batches:
                     position = max(position, await consumer.position(tp))
                     if position < until and await consumer.end_offsets([tp]) == {tp: position}:
@@ -466,13 +563,15 @@ class RealtimeAgent:
         finally:
             with contextlib.suppress(Exception):
                 await consumer.stop()
-        return [found[k] for k in sorted(found)]
+        return [found[k] for k in sorted(found)], checkpoints
 
     async def _publish(self, live: _Live, updates: list[Update]) -> None:
         for update in updates:
             await self._message(live.id, live.seq, "transcript", text=update.text,
                                 is_final=update.is_final)
             live.last_sent = time.monotonic()
+            if update.is_final:
+                live.settled_at = live.last_sent
 
     async def _message(self, sid: str, seq: int, kind: str, *, text: str = "",
                        is_final: bool = False, replaying: bool = False) -> None:

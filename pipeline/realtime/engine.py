@@ -38,11 +38,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from schemas.errors import StreamError, StreamErrorCode
+from schemas.records import ResumePoint
 
 from .decoder import Decoded, DecodeInput, WhisperDecoder
 from .models import StreamingModels
 from .options import DecodeOptions, EngineOptions
-from .recognizer import DecodeKind, DecodeRequest, SessionRecognizer, Update, check_opening
+from .recognizer import (DecodeKind, DecodeRequest, SessionRecognizer, Update, check_opening,
+                         pcm_to_float)
 from .vocabulary import VocabularyTerm
 
 __all__ = ["RealtimeEngine", "partial_rest", "partials_held"]
@@ -149,6 +151,15 @@ class RealtimeEngine:
             s.outbox += s.recognizer.advance(samples, probs)
             self._work.set()
             return self._drain(s)
+
+    def resume_point(self, session_id: str) -> ResumePoint | None:
+        """Where the session could be rebuilt from now (:meth:`SessionRecognizer.resume_point`)."""
+        return self._session(session_id).recognizer.resume_point()
+
+    def restore(self, session_id: str, point: ResumePoint, primer: bytes) -> None:
+        """Rebuild a just-opened session from ``point``; ``primer`` is its audio
+        ``[point.start, point.judged)`` (16 kHz s16le), which the VAD judged already."""
+        self._session(session_id).recognizer.restore(point, pcm_to_float(primer))
 
     async def finish(self, session_id: str) -> list[Update]:
         """End of audio: settle the open segment and wait for every final.

@@ -34,6 +34,7 @@ from enum import IntEnum
 import numpy as np
 
 from schemas.errors import StreamError, StreamErrorCode
+from schemas.records import OpenSegment, ResumePoint
 
 from .audio_buffer import AudioBuffer
 from .decoder import Decoded, DecodeInput, WhisperDecoder
@@ -309,6 +310,43 @@ class SessionRecognizer:
         """The last message of a stream: the whole settled text, final."""
         end = self._buffer.end / _SR
         return Update(self._join(), True, max(self._next_index - 1, 0), end, end)
+
+    def resume_point(self) -> ResumePoint | None:
+        """What a recognizer rebuilt from :meth:`restore` needs to go on as this one, or None
+        while a closed segment waits for its final (its decode needs audio from before)."""
+        seg = self._segment
+        if self.finished or self.finals_outstanding or (seg and self._next_settle != seg.index):
+            return None
+        open_segment = None if seg is None else OpenSegment(
+            index=seg.index, start=seg.start, opened_at=seg.opened_at, speech=seg.speech,
+            temp_end=seg.temp_end, probs=list(seg.probs))
+        start = seg.start if seg else self._pos - self._opts.preroll_ms * (_SR // 1000)
+        return ResumePoint(start=max(0, start, self._buffer.start), judged=self._pos,
+                           settle=self._next_settle, last_end=self._last_end,
+                           settled=list(self._settled), vad=self._vad.snapshot(),
+                           open=open_segment)
+
+    def restore(self, point: ResumePoint, primer: np.ndarray) -> None:
+        """Go on from ``point`` in a fresh recognizer; ``primer`` is the audio
+        ``[point.start, point.judged)``, which the VAD had judged already."""
+        if self._pos or self._buffer.end or self._next_index:
+            raise RuntimeError("restore needs a fresh recognizer")
+        if len(primer) != point.judged - point.start:
+            raise ValueError("the primer must cover [start, judged)")
+        self._buffer.start = self._buffer.end = point.start
+        self._buffer.append(primer)
+        self._vad.restore(point.vad)
+        self._pos = point.judged
+        self._next_index = self._next_settle = point.settle
+        self._last_end = point.last_end
+        self._settled = list(point.settled)
+        self._last_text = self._join()
+        if point.open is not None:
+            o = point.open
+            seg = self._open(o.start)
+            seg.opened_at, seg.speech, seg.temp_end = o.opened_at, o.speech, o.temp_end
+            seg.silence_seen = time.monotonic() if o.temp_end else 0.0
+            seg.probs.extend(o.probs)
 
     @property
     def finals_outstanding(self) -> bool:

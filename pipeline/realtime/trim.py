@@ -6,10 +6,10 @@ seconds, so its CPU grows with what the log holds, not with the traffic: 10 sess
 quarter of the records at the same bytes (``python -m bench.broker``). Retention (10
 minutes) would bound it only far above that. So the worker deletes, every
 ``TRIM_INTERVAL_S``, the records of its partitions that are both older than ``keep_s``
-and before the opening record of every session it holds there (a takeover replays a
-session from that record); a session not opened yet (its worker still loading) sent its
-opening record less than ``provider_start_timeout_s`` ago, which ``keep_s`` covers.
-Transcript messages are read only from the end, so they go once older than ``keep_s``.
+and before the floor of every session it holds there or waits to open (its models still
+loading): the session's opening record, or the audio record its latest checkpoint names
+(a takeover replays a session from there, :mod:`.checkpoint`). Transcript messages are
+read only from the end, so they go once older than ``keep_s``.
 
 Pure bookkeeping: the agent gives it end offsets and the sessions' origins, and deletes
 what :meth:`LogTrim.points` returns.
@@ -24,7 +24,7 @@ from aiokafka import TopicPartition
 
 __all__ = ["LogTrim", "TRIM_INTERVAL_S"]
 
-TRIM_INTERVAL_S = 10.0
+TRIM_INTERVAL_S = 5.0
 """How often the worker trims its live partitions."""
 
 

@@ -86,3 +86,16 @@ class VadStream:
             self._context = chunk[-_CONTEXT:]
         self._pending = buf[n * VAD_WINDOW:].copy()
         return probs
+
+    def snapshot(self) -> bytes:
+        """The recurrent state and context after the last complete window (float32)."""
+        return self._state.astype(np.float32).tobytes() + self._context.astype(np.float32).tobytes()
+
+    def restore(self, snapshot: bytes) -> None:
+        """Go on from a :meth:`snapshot`: the next window judged is the one after it."""
+        values = np.frombuffer(snapshot, dtype=np.float32)
+        if len(values) != self._state.size + _CONTEXT:
+            raise ValueError("not a VAD snapshot")
+        self._state = values[:self._state.size].reshape(self._state.shape).copy()
+        self._context = values[self._state.size:].copy()
+        self._pending = np.zeros(0, dtype=np.float32)

@@ -200,6 +200,11 @@ class ZipformerRealtimeEngine:
         stream = rec.create_stream(hot) if hot else rec.create_stream()
         self._sessions[session_id] = _Session(session_id, stream, vocab)
 
+    def resume_point(self, session_id: str) -> None:
+        """A transducer stream's state is not rebuilt from a point: a session taken over
+        replays its audio from its start."""
+        return None
+
     def close(self, session_id: str) -> None:
         """Forget a session. Idempotent."""
         self._sessions.pop(session_id, None)

@@ -3,8 +3,8 @@
 A session streams a 56 s conversation at real-time pace. Once it is known to live on the
 extra worker (its log line names the process), that process is SIGKILLed. The supervisor
 restarts the broker to clear the dead group member, the service's own realtime agent is
-given the partition, sees a record of a session it does not hold and rebuilds it by
-replaying the session's audio from ``realtime-audio``. The client must see no error (a
+given the partition, sees a record of a session it does not hold and rebuilds it from the
+latest checkpoint the dead worker wrote into ``realtime-audio`` and the audio after it. The client must see no error (a
 pause is allowed), never lose text it was shown, and get the complete final transcript.
 """
 
@@ -136,3 +136,5 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
     assert "goodbye" in words(final)
     text = log.read_text(errors="replace")      # the service's agent took it over
     assert "taken over" in text and "replayed" in text
+    # from the checkpoint the dead worker wrote between segments, not from the start
+    assert re.search(r"replayed [\d.]+ s of audio \(\d+ records, from a checkpoint\)", text)
