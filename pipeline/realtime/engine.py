@@ -5,7 +5,8 @@ a one-thread pool; Whisper decodes run on a small named pool, fed by one schedul
 serves every session (the sherpa-onnx ``streaming_server`` pattern):
 
 * finals first (oldest segment first), then speculative finals, then partials;
-* a decode batches requests of several sessions that share model and prompt length;
+* a decode batches finals of several sessions that share model and prompt length;
+  partials go one at a time (``partial_batch``), so that none holds a core for long;
 * partials are coalesced: a session has at most one partial waiting or running, and it
   is cut from the newest audio when it starts, so a busy engine simply shows partials
   less often instead of falling behind;
@@ -316,7 +317,7 @@ class RealtimeEngine:
             self._wake = asyncio.get_running_loop().call_later(held, self._end_rest)
         # Partials: segments showing nothing yet first, then the longest wait.
         for s in sorted(sessions, key=lambda x: x.recognizer.partial_rank()):
-            if len(batch) >= limit or (held and s.recognizer.partial_rank()[0]):
+            if len(batch) >= self._opts.partial_batch or (held and s.recognizer.partial_rank()[0]):
                 break
             req = s.recognizer.take(DecodeKind.PARTIAL)
             if req is None:

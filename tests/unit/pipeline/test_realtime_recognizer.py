@@ -446,7 +446,7 @@ def _partial_due(rec: SessionRecognizer, pcm: bytes, shown: bool) -> None:
 async def test_a_segments_first_partial_is_never_held_back(models: StreamingModels,
                                                            jfk_pcm: bytes) -> None:
     """While a final decode runs, or partials rest, only a segment's first partial starts."""
-    engine = RealtimeEngine(models, EngineOptions(max_sessions=2))
+    engine = RealtimeEngine(models, EngineOptions(max_sessions=2, partial_batch=2))
     engine.open("shown")
     engine.open("new")
     recs = {sid: s.recognizer for sid, s in engine._sessions.items()}
@@ -472,3 +472,12 @@ async def test_a_segments_first_partial_is_never_held_back(models: StreamingMode
         assert picked() == ["new", "shown"]
     finally:
         await engine.aclose()
+    one = RealtimeEngine(models, EngineOptions(max_sessions=2))   # the default: one at a time
+    one.open("shown")
+    one.open("new")
+    _partial_due(one._sessions["shown"].recognizer, jfk_pcm, shown=True)
+    _partial_due(one._sessions["new"].recognizer, jfk_pcm, shown=False)
+    try:
+        assert [(s.id, req.kind) for s, req in one._pick()] == [("new", DecodeKind.PARTIAL)]
+    finally:
+        await one.aclose()
