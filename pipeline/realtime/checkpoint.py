@@ -17,7 +17,6 @@ records into the primer and the rest.
 
 from __future__ import annotations
 
-import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,10 +49,16 @@ class FedAudio:
     def __init__(self, first: int = 0, keep: int = 400) -> None:
         self._items: deque[_Fed] = deque(maxlen=keep)
         self.samples = first
+        self._last = 0
 
     def add(self, seq: int, offset: int, samples: int) -> None:
+        """A record taken in; records missing before it count as long as the last one
+        (as :func:`resume_audio` hears them)."""
+        if self._items and seq > self._items[-1].seq + 1:
+            self.samples += (seq - self._items[-1].seq - 1) * self._last
         self._items.append(_Fed(seq, offset, self.samples))
         self.samples += samples
+        self._last = samples
 
     def holding(self, sample: int) -> tuple[int, int, int] | None:
         """``(seq, offset, skip)`` of the record holding ``sample`` (``skip`` samples of it
@@ -82,7 +87,7 @@ def resume_audio(checkpoint: RealtimeCheckpoint, seq: int,
     after it, from the session's records ``seq`` onwards, in order.
 
     A record missing after the first (the embedded broker can lose the last acknowledged
-    records when it is killed) is heard as silence of its neighbours' length, so the
+    records when it restarts) is heard as silence as long as the record before it, so the
     stream's clock stays right.
 
     Raises:
@@ -91,10 +96,9 @@ def resume_audio(checkpoint: RealtimeCheckpoint, seq: int,
     """
     if not records or records[0].seq != seq:
         raise ValueError(f"the log no longer holds audio record {seq} of the checkpoint")
-    size = int(statistics.median(len(r.pcm) for r in records))
     parts = [records[0].pcm]
     for a, b in zip(records, records[1:]):
-        parts += [bytes(size)] * (b.seq - a.seq - 1) + [b.pcm]
+        parts += [bytes(len(a.pcm))] * (b.seq - a.seq - 1) + [b.pcm]
     pcm = b"".join(parts)[checkpoint.skip * 2:]
     cut = (checkpoint.point.judged - checkpoint.point.start) * 2
     if len(pcm) < cut:

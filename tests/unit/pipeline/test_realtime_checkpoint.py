@@ -91,6 +91,8 @@ def test_a_checkpoint_names_the_record_holding_its_first_sample() -> None:
     assert (seq, offset, checkpoint.skip) == (6, 53, 2000 - 1960)
     assert checkpoint.point == point and checkpoint.vocabulary == [("a5s", 4)]
     assert checkpoint_for(point_at(900, 1412), fed, None) is None        # forgotten
+    fed.add(9, 57, 960)                         # record 8 lost: counted as long as record 7
+    assert fed.holding(1000 + 4 * 960) == (9, 57, 0)
     again = RealtimeCheckpoint.model_validate_json(checkpoint.model_dump_json())
     assert again == checkpoint
 
