@@ -442,8 +442,8 @@ class RealtimeAgent:
                 self._ended[live.id] = time.monotonic()
 
     async def _checkpoint(self, live: _Live) -> None:
-        """Write where the session can be rebuilt from, once it is between segments; its
-        log is then kept only from the audio record the checkpoint names."""
+        """Write where the session can be rebuilt from (once every closed segment is
+        settled); its log is then kept only from the audio record the checkpoint names."""
         assert self.engine is not None
         point = self.engine.resume_point(live.id)
         made = checkpoint_for(point, live.fed, live.vocabulary) if point else None
