@@ -49,16 +49,14 @@ class FedAudio:
     def __init__(self, first: int = 0, keep: int = 400) -> None:
         self._items: deque[_Fed] = deque(maxlen=keep)
         self.samples = first
-        self._last = 0
 
     def add(self, seq: int, offset: int, samples: int) -> None:
         """A record taken in; records missing before it count as long as the last one
         (as :func:`resume_audio` hears them)."""
-        if self._items and seq > self._items[-1].seq + 1:
-            self.samples += (seq - self._items[-1].seq - 1) * self._last
+        if self._items and seq > (last := self._items[-1]).seq + 1:
+            self.samples += (seq - last.seq - 1) * (self.samples - last.first)
         self._items.append(_Fed(seq, offset, self.samples))
         self.samples += samples
-        self._last = samples
 
     def holding(self, sample: int) -> tuple[int, int, int] | None:
         """``(seq, offset, skip)`` of the record holding ``sample`` (``skip`` samples of it
