@@ -144,12 +144,11 @@ class RealtimeAgent:
         self.engine: RealtimeEngine | None = None
         self.sessions: dict[str, _Live] = {}
         self._ended: dict[str, float] = {}
-        self._waiting: dict[str, tuple[int, int, float]] = {}
-        """Sessions seen while the models load: partition, origin, when first seen."""
         self._assigned: set[int] = set()
         self._loading: asyncio.Task[None] | None = None
         keep_s = max(self.opts.log_keep_s, self.opts.stall_timeout_s)
-        self.trim = LogTrim(keep_s) if self.opts.log_keep_s > 0 else None
+        self.trim = (LogTrim(keep_s, self.opts.provider_start_timeout_s)
+                     if self.opts.log_keep_s > 0 else None)
 
     # --- the consumer loop --------------------------------------------------------------------
 
@@ -277,10 +276,10 @@ class RealtimeAgent:
             return
         if not self._ensure_engine():
             # Record 0 is repeated until answered (the gateway shows provider_status); a
-            # moved session's next record tries again, and its replay covers this one,
-            # so its log is kept from its origin meanwhile.
-            origin = offset if record.origin is None else record.origin
-            self._waiting.setdefault(sid, (partition, origin, time.monotonic()))
+            # moved session's next record tries again, and its replay covers this one.
+            if self.trim is not None:
+                self.trim.wait(sid, partition, offset if record.origin is None
+                               else record.origin, time.monotonic())
             return
         assert self.engine is not None
         try:
@@ -307,7 +306,8 @@ class RealtimeAgent:
             log.info("realtime: session %s opened on partition %d by process %d", sid,
                      partition, os.getpid())
         self.sessions[sid] = live
-        self._waiting.pop(sid, None)
+        if self.trim is not None:
+            self.trim.opened(sid)
         live.task = asyncio.create_task(self._serve(live), name=f"a5s-realtime-{sid}")
 
     async def _acknowledge(self) -> None:
@@ -356,14 +356,8 @@ class RealtimeAgent:
         if sorted(self._assigned) != partitions:
             return
         now = time.monotonic()
-        for sid, (_, _, since) in list(self._waiting.items()):
-            if now - since > self.opts.provider_start_timeout_s:  # its gateway gave up
-                del self._waiting[sid]
-        floors: dict[TopicPartition, int] = {}
-        held = [(live.partition, live.origin) for live in self.sessions.values()]
-        for partition, origin in held + [(p, o) for p, o, _ in self._waiting.values()]:
-            tp = TopicPartition(audio, partition)
-            floors[tp] = min(floors.get(tp, origin), origin)
+        floors = self.trim.floors(audio, [(live.partition, live.origin)
+                                          for live in self.sessions.values()], now)
         self.trim.observe(now, ends)
         points = self.trim.points(now, floors)
         if points:

@@ -11,14 +11,14 @@ loading): the session's opening record, or the audio record its latest checkpoin
 (a takeover replays a session from there, :mod:`.checkpoint`). Transcript messages are
 read only from the end, so they go once older than ``keep_s``.
 
-Pure bookkeeping: the agent gives it end offsets and the sessions' origins, and deletes
-what :meth:`LogTrim.points` returns.
+Pure bookkeeping: the agent gives it end offsets, the floors of the sessions it holds and
+those it waits to open, and deletes what :meth:`LogTrim.points` returns.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 from aiokafka import TopicPartition
 
@@ -31,10 +31,36 @@ TRIM_INTERVAL_S = 5.0
 class LogTrim:
     """End offsets seen over the last ``keep_s`` seconds, and the trims already made."""
 
-    def __init__(self, keep_s: float) -> None:
+    def __init__(self, keep_s: float, wait_s: float = 0.0) -> None:
         self.keep_s = keep_s
+        self.wait_s = wait_s
+        """How long a session waits to open before its gateway gives up on it."""
         self.history: deque[tuple[float, dict[TopicPartition, int]]] = deque()
         self.done: dict[TopicPartition, int] = {}
+        self.waiting: dict[str, tuple[int, int, float]] = {}
+        """Sessions seen while the models load: partition, origin, when first seen."""
+
+    def wait(self, session_id: str, partition: int, origin: int, now: float) -> None:
+        """A session not opened yet (the models still load): its next record tries again and
+        a takeover's replay covers this one, so its log is kept from ``origin`` until it
+        opens (:meth:`opened`) or its gateway gave up (``wait_s``)."""
+        self.waiting.setdefault(session_id, (partition, origin, now))
+
+    def opened(self, session_id: str) -> None:
+        self.waiting.pop(session_id, None)
+
+    def floors(self, topic: str, held: Iterable[tuple[int, int]], now: float
+               ) -> dict[TopicPartition, int]:
+        """The earliest offset of ``topic`` each partition must keep: the origins of the
+        sessions held there (``(partition, origin)`` pairs) and of those waiting to open."""
+        for sid, (_, _, since) in list(self.waiting.items()):
+            if now - since > self.wait_s:
+                del self.waiting[sid]
+        floors: dict[TopicPartition, int] = {}
+        for partition, origin in [*held, *((p, o) for p, o, _ in self.waiting.values())]:
+            tp = TopicPartition(topic, partition)
+            floors[tp] = min(floors.get(tp, origin), origin)
+        return floors
 
     def reset(self) -> None:
         """Partitions moved: what this worker knew of them says nothing of their sessions

@@ -49,3 +49,32 @@ def test_moved_partitions_wait_keep_s_again() -> None:
     assert trim.points(61, {}) == {}
     trim.observe(121, {AUDIO: 1500})
     assert trim.points(121, {}) == {AUDIO: 950}
+
+
+def test_a_session_waiting_for_the_models_keeps_its_log_until_it_opens_or_gives_up() -> None:
+    trim = LogTrim(keep_s=15, wait_s=30)
+    trim.wait("s1", 0, 120, now=0)
+    trim.wait("s1", 0, 400, now=5)  # its next record: the first origin stands
+    trim.wait("s2", 1, 50, now=10)
+    # held sessions and waiting ones together: the earliest origin of each partition
+    assert trim.floors(AUDIO.topic, [(0, 300), (1, 70)], now=20) == {
+        AUDIO: 120, TopicPartition(AUDIO.topic, 1): 50}
+    trim.opened("s1")
+    assert trim.floors(AUDIO.topic, [(0, 300)], now=25) == {
+        AUDIO: 300, TopicPartition(AUDIO.topic, 1): 50}
+    # s2's gateway gave up after wait_s: nothing holds partition 1 any more
+    assert trim.floors(AUDIO.topic, [], now=41) == {}
+    assert trim.waiting == {}
+
+
+def test_a_waiting_session_holds_back_the_trim_of_its_partition() -> None:
+    trim = LogTrim(keep_s=15, wait_s=30)
+    trim.observe(0, {AUDIO: 500})
+    trim.wait("s1", 0, 120, now=1)
+    trim.observe(16, {AUDIO: 900})
+    assert trim.points(16, trim.floors(AUDIO.topic, [], now=16)) == {AUDIO: 120}
+    trim.observe(30, {AUDIO: 1300})
+    assert trim.points(30, trim.floors(AUDIO.topic, [], now=30)) == {}, "still waiting"
+    trim.observe(32, {AUDIO: 1400})
+    assert trim.points(32, trim.floors(AUDIO.topic, [], now=32)) == {AUDIO: 900}, (
+        "its gateway gave up after wait_s")
