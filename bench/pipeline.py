@@ -260,8 +260,14 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
         bare_pass(engines, eval_dir, paths[:1])  # warm-up
         for n in range(repeat):
             cpu0 = _proc_cpu(service_pid) if service_pid else 0.0
+            threads0 = thread_cpu(service_pid) if service_pid else {}
             jobs, wall = run_service(base_url, keys, audio_url, items, timeout_s)
             service_cpu = (_proc_cpu(service_pid) - cpu0) if service_pid else 0.0
+            if service_pid:
+                print("  service CPU per thread group, ms per job: " + _per_job(
+                    by_thread_name({k: v - threads0.get(k, 0.0)
+                                    for k, v in thread_cpu(service_pid).items()},
+                                   python_thread_names(service_pid)), len(items)))
             load = _load()
             bare_s, bare_cpu, _, _ = bare_timed(engines, eval_dir, paths, {}, {})
             done = sum(j.status == "completed" for j in jobs)
@@ -279,6 +285,12 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
               f"; service process CPU beyond the bare run's, per job: median "
               f"{statistics.median(beyond) * 1000:.0f} ms ({beyond[0] * 1000:.0f} to "
               f"{beyond[-1] * 1000:.0f} ms)" if service_pid else ""))
+
+
+def _per_job(threads: dict[str, float], jobs: int) -> str:
+    top = sorted(threads.items(), key=lambda kv: -kv[1])
+    return ", ".join(f"{name} {seconds / jobs * 1000:.0f}" for name, seconds in top
+                     if seconds / jobs >= 0.0005)
 
 
 def _proc_cpu(pid: int) -> float:
@@ -443,10 +455,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{counters.get('query', 0) / n:.2f} queries, "
               f"{counters.get('cpu', 0) / n * 1000:.1f} ms of its thread's CPU")
     if threads and jobs:
-        top = sorted(threads.items(), key=lambda kv: -kv[1])
-        print("service CPU per thread group, ms per job: " + ", ".join(
-            f"{name} {seconds / len(jobs) * 1000:.0f}" for name, seconds in top
-            if seconds / len(jobs) >= 0.0005))
+        print("service CPU per thread group, ms per job: " + _per_job(threads, len(jobs)))
     if cpu_used and bare_s is not None:
         beyond = sum(cpu_used.values()) - bare_cpu
         print(f"CPU beyond the models: {beyond:.1f} s (all of the above less the bare run's "
