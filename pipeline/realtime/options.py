@@ -152,6 +152,6 @@ class EngineOptions(BaseModel):
         "rest). Partials pace "
         "themselves by their own cost, so without a bound they fill every free cycle of a "
         "busy machine and finals queue for the CPU behind them (0.25: 10 sessions' final "
-        "p95 0.78 s against 0.87-0.99 s with 0.5, on 2 cores)."))
+        "p95 0.74-0.81 s against 0.87-0.99 s with 0.5, on 2 cores)."))
     thread_name_prefix: str = Field("a5s-realtime", description="Names of the engine's threads.")
     recognizer: RecognizerOptions = RecognizerOptions()
