@@ -463,13 +463,14 @@ class RealtimeAgent:
         replayable = [r for r in records if 0 < r[0].seq < first_live]
         replayed, restored = 0, False
         for seq, checkpoint in reversed(checkpoints):   # the latest whose audio is all here
+            after = [r for r in replayable if r[0].seq >= seq]
             try:
-                audio = resume_audio(checkpoint, seq, [r for r, _ in replayable if r.seq >= seq])
+                audio = resume_audio(checkpoint, seq, [r for r, _ in after])
             except ValueError as exc:
                 log.info("realtime: session %s: its checkpoint at record %d is not usable: %s",
                          live.id, seq, exc)
                 continue
-            replayed = await self._restore(live, seq, checkpoint, audio, replayable)
+            replayed = await self._restore(live, checkpoint, audio, after)
             restored = True
             break
         if not restored:
@@ -493,15 +494,15 @@ class RealtimeAgent:
                  live.id, replayed / 32000, len(records),
                  ", from a checkpoint" if restored else "", time.monotonic() - started)
 
-    async def _restore(self, live: _Live, seq: int, checkpoint: RealtimeCheckpoint,
+    async def _restore(self, live: _Live, checkpoint: RealtimeCheckpoint,
                        audio: tuple[bytes, bytes],
                        records: list[tuple[RealtimeAudio, int]]) -> int:
         """Rebuild the session from its checkpoint: ``audio`` is the primer and the rest
-        (:func:`.checkpoint.resume_audio`). Returns the bytes replayed."""
+        (:func:`.checkpoint.resume_audio`) of ``records``, those from the checkpoint's
+        record on. Returns the bytes replayed."""
         engine = self.engine
         assert engine is not None
         primer, rest = audio
-        records = [r for r in records if r[0].seq >= seq]
         live.vocabulary = checkpoint.vocabulary
         engine.close(live.id)
         engine.open(live.id, [VocabularyTerm(text=t, strength=s)
