@@ -27,7 +27,10 @@ is mostly a fixed amount per job, so its share falls as jobs get longer. The loa
 average is printed before and after: on a shared machine timings move with it. So is what
 each run left of the machine's cores unwanted (its threads' run plus run-queue time,
 sampled from ``/proc``): idle cores on a quiet machine (stages waiting on each other, a
-lone tail), which, unlike wall time, another process's load hardly moves.
+lone tail), which, unlike wall time, another process's load hardly moves. With py-spy at
+hand (``PY_SPY`` or on the path) the service's CPU is split by thread, and the threads
+beside the models are set against the models' own threads of the same pass: both see the
+same machine, so that share moves less from run to run than the wall-time overhead.
 """
 
 from __future__ import annotations
@@ -287,10 +290,21 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
               f"{beyond[-1] * 1000:.0f} ms)" if service_pid else ""))
 
 
+MODEL_THREADS = ("python", "models")
+"""CTranslate2's and the other native libraries' threads (which Python cannot name, so the
+kernel's ``python``) and the stages' model pool (decode, VAD, speaker embeddings)."""
+
+
 def _per_job(threads: dict[str, float], jobs: int) -> str:
     top = sorted(threads.items(), key=lambda kv: -kv[1])
-    return ", ".join(f"{name} {seconds / jobs * 1000:.0f}" for name, seconds in top
-                     if seconds / jobs >= 0.0005)
+    named = ", ".join(f"{name} {seconds / jobs * 1000:.0f}" for name, seconds in top
+                      if seconds / jobs >= 0.0005)
+    models = sum(threads.get(name, 0.0) for name in MODEL_THREADS)
+    if "MainThread" not in threads or not models:
+        return named  # threads unnamed (no py-spy): no split
+    beside = sum(threads.values()) - models
+    return (f"{named}; beside the models {beside / jobs * 1000:.0f} ms, "
+            f"{beside / models:.1%} of the models' threads' {models / jobs * 1000:.0f} ms")
 
 
 def _proc_cpu(pid: int) -> float:
