@@ -253,9 +253,10 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         await self.hub.start()
         self.hub.attach(self.session_id, self._on_worker)
         await self._open_on_worker(self.session.vocabulary)
-        await self.admission.opened(self.principal, self.session_id)
         if not self.session.ready(admitted.limit_ms, time.monotonic()):
             return
+        # After ``ready``: a ready session is always settled, which frees what this holds.
+        await self.admission.opened(self.principal, self.session_id, admitted.limit_ms)
         self._spawn(self._pump())
         self._write(Ready(session_limit_ms=admitted.limit_ms, quota_ms=admitted.quota_ms,
                           used_ms=admitted.used_ms, language=self.session.language))

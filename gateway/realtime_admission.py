@@ -4,12 +4,16 @@ Injected into :class:`gateway.realtime.StreamSocket` through ``initialize()`` (t
 table builds one per process), so the socket handler holds no accounting of its own.
 
 * **admit**: the account has usage left and fewer than ``max_concurrent_sessions`` live
-  sessions (a lease in Redis, shared by every gateway replica); gives the session's limit.
+  sessions (a lease in Redis, shared by every gateway replica); gives the session's limit,
+  held in Redis beside the lease until the ledger holds it (``RedisStore.admit_session``),
+  so sessions admitted at once do not share one remainder.
 * **renew** / **release**: the lease lives ``lease_ttl_s`` unless renewed, so a gateway
   that dies frees its sessions' places by itself.
+* **opened**: ``SessionOpened`` on ``account-events`` has the accounts agent hold the
+  session's limit as reserved usage (the ledger's ``reserved``, which every admission reads).
 * **settle**: the session's usage goes to the accounts agent as ``SessionClosed`` on
-  ``account-events``, the path of every other usage count: the agent adds it to the ledger
-  once per session id and records the ``stream`` usage event.
+  ``account-events``, the path of every other usage count: the agent frees the hold, adds
+  the usage to the ledger once per session id and records the ``stream`` usage event.
 """
 
 from __future__ import annotations
@@ -55,29 +59,29 @@ class StreamAdmission:
             StreamError: ``quota_unavailable`` when no usage is left or every place is taken.
         """
         account = principal.account
-        ledger = await self.ctx.redis.ledger(account.id)
         quota_ms = int(account.usage_limit_seconds * 1000)
-        used_ms = int(float(ledger["used"]) * 1000)
-        remaining = quota_ms - used_ms - int(float(ledger["reserved"]) * 1000)
-        if remaining <= 0:
+        given = await self.ctx.redis.admit_session(
+            account.id, session_id, places=account.max_concurrent_sessions, quota_ms=quota_ms,
+            cap_ms=int(min(account.max_session_seconds, self.opts.max_session_s) * 1000),
+            ttl_s=self.opts.lease_ttl_s)
+        if given == 0:
             raise StreamError(StreamErrorCode.quota_unavailable,
                               "The account's usage limit is used up.")
-        if not await self.ctx.redis.lease_session(account.id, session_id,
-                                                  account.max_concurrent_sessions,
-                                                  self.opts.lease_ttl_s):
+        if given < 0:
             raise StreamError(StreamErrorCode.quota_unavailable,
                               f"At most {account.max_concurrent_sessions} streaming sessions "
                               "may be live at once.")
         self.ctx.metrics.live_sessions.inc()
-        limit_ms = int(min(account.max_session_seconds * 1000, self.opts.max_session_s * 1000,
-                           remaining))
-        return Admitted(limit_ms, quota_ms, used_ms)
+        used_ms = int(float((await self.ctx.redis.ledger(account.id))["used"]) * 1000)
+        return Admitted(given, quota_ms, used_ms)
 
-    async def opened(self, principal: Principal, session_id: str) -> None:
-        """The session is live on a worker."""
+    async def opened(self, principal: Principal, session_id: str, limit_ms: int) -> None:
+        """The session is live on a worker: the accounts agent holds ``limit_ms`` of the
+        account's usage for it until ``settle``, so batch jobs and later sessions see it."""
         account_id = principal.account.id
         await publish(self.ctx, ACCOUNT_EVENTS, account_id, SessionOpened(
-            account_id=account_id, session_id=session_id, at=datetime.now(UTC)))
+            account_id=account_id, session_id=session_id, at=datetime.now(UTC),
+            limit_ms=limit_ms))
 
     async def renew(self, principal: Principal, session_id: str) -> None:
         """Extend the lease; a Redis blip is left to the next renewal."""

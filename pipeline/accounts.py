@@ -9,18 +9,24 @@ but never move the ledger twice.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
 
 from schemas.records import (AccountEvent, AccountLimits, Admission, Canceled, Dispatch,
                              DurationKnown, Finished, LimitsChanged, SessionClosed,
-                             SessionOpened, Settled, Submitted)
+                             SessionLost, SessionOpened, Settled, Submitted)
 
-__all__ = ["AccountState", "Running", "Effects", "StateChange", "apply", "RECENT_MAX"]
+__all__ = ["AccountState", "Running", "LiveReservation", "Effects", "StateChange", "apply",
+           "lost_holds", "RECENT_MAX", "LIVE_HOLD_GRACE"]
 
 RECENT_MAX = 4096
 """How many finished job ids are remembered to recognise replays."""
+
+LIVE_HOLD_GRACE = timedelta(minutes=15)
+"""How long past its own limit a live session's reservation is held without its close,
+should the reconciler never see its lease gone (``SessionLost``; Redis unreachable): a
+gateway that died never settles its sessions, and their usage must not stay held forever."""
 
 
 class Running(BaseModel):
@@ -30,17 +36,28 @@ class Running(BaseModel):
     admitted: bool | None = None
 
 
+class LiveReservation(BaseModel):
+    seconds: float
+    since: datetime
+    until: datetime
+    """Dropped after this, closed or not (``LIVE_HOLD_GRACE``)."""
+
+
 class AccountState(BaseModel):
     limits: AccountLimits | None = None
     queue: list[str] = Field(default_factory=list)
     processing: dict[str, Running] = Field(default_factory=dict)
+    live: dict[str, LiveReservation] = Field(default_factory=dict)
+    """Open live sessions by id, each holding the usage it may still bill."""
     used: float = 0.0
     recent: list[str] = Field(default_factory=list)
     """Ids that left the account (finished or canceled), oldest first, bounded."""
 
     @property
     def reserved(self) -> float:
-        return sum(r.reserved for r in self.processing.values())
+        """Usage held for running jobs and open live sessions: one limit for both models."""
+        return (sum(r.reserved for r in self.processing.values())
+                + sum(r.seconds for r in self.live.values()))
 
     @property
     def remaining(self) -> float:
@@ -130,15 +147,33 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
         case LimitsChanged():
             state.limits = event.limits
         case SessionOpened():
-            pass
+            sid = event.session_id
+            if event.limit_ms > 0 and sid not in state.recent and sid not in state.live:
+                state.live[sid] = LiveReservation(
+                    seconds=event.limit_ms / 1000.0, since=event.at,
+                    until=event.at + timedelta(milliseconds=event.limit_ms) + LIVE_HOLD_GRACE)
+        case SessionLost():
+            state.live.pop(event.session_id, None)
         case SessionClosed():
             fx.sessions_closed.append(event)
+            state.live.pop(event.session_id, None)
             if event.session_id not in state.recent:
                 state.used += event.billed_ms / 1000.0
                 fx.usage_seconds = event.billed_ms / 1000.0
                 state.forget(event.session_id)
+    for sid in [sid for sid, held in state.live.items() if held.until < now]:
+        del state.live[sid]
     _fill_slots(state, event.account_id, now, fx)
     return state, fx
+
+
+def lost_holds(state: AccountState, leased: set[str], now: datetime,
+               settle_s: float) -> list[str]:
+    """The held sessions whose lease is gone (``leased``: the account's live leases): their
+    gateway died or let them go. Holds younger than ``settle_s`` are left to their
+    ``SessionClosed``, which may be on its way."""
+    return [sid for sid, held in state.live.items()
+            if sid not in leased and (now - held.since).total_seconds() > settle_s]
 
 
 def _fill_slots(state: AccountState, account_id: str, now: datetime, fx: Effects) -> None:

@@ -37,13 +37,13 @@ from typing import Any
 
 from aiokafka.partitioner import murmur2
 
-from schemas.records import Dispatch, Submitted
+from schemas.records import Dispatch, SessionLost, Submitted
 from schemas.rows import TranscriptRow
 from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS, DISPATCH
 
-from .accounts import AccountState
+from .accounts import AccountState, lost_holds
 from .faust_transport import settled
 
 __all__ = ["unseen", "Reconciler", "RECONCILE_INTERVAL_S", "RECONCILE_AFTER_S"]
@@ -136,7 +136,27 @@ class Reconciler:
             await self.publish(ACCOUNT_EVENTS, row.account_id, Submitted(
                 account_id=row.account_id, transcript_id=row.id, at=row.created_at,
                 limits=account.limits))
+        await self.free_lost_holds(now, owned)
         return [row.id for row in lost]
+
+    async def free_lost_holds(self, now: datetime, owned: set[int]) -> list[str]:
+        """``SessionLost`` for every live session held here whose lease is gone."""
+        freed = []
+        settle_s = self.ctx.settings.realtime.lease_ttl_s
+        for account_id, raw in list(self.table.items()):
+            if partition_of(account_id, self.partitions) not in owned or not raw:
+                continue
+            state = AccountState.model_validate_json(raw)
+            if not state.live:
+                continue
+            for sid in lost_holds(state, await self.ctx.redis.live_leases(account_id), now,
+                                  settle_s):
+                log.warning("reconcile: live session %s of %s holds usage without a lease "
+                            "(its gateway died?); freeing the hold", sid, account_id)
+                await self.publish(ACCOUNT_EVENTS, account_id, SessionLost(
+                    account_id=account_id, session_id=sid, at=now))
+                freed.append(sid)
+        return freed
 
     async def resume_processing(self, skip: set[str] | frozenset[str] = frozenset()
                                 ) -> list[str]:

@@ -16,7 +16,7 @@ from .api import Speaker, Timestamp, Utterance, Word
 
 __all__ = [
     "Record", "AccountLimits", "JobSpec", "Submitted", "Canceled", "DurationKnown", "Finished",
-    "LimitsChanged", "SessionOpened", "SessionClosed", "AccountEvent", "Dispatch", "Admission",
+    "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch", "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
     "TranscriptResult", "OpenSegment", "ResumePoint", "RealtimeCheckpoint", "RealtimeAudio",
     "RealtimeMessage",
@@ -105,6 +105,10 @@ class SessionOpened(Record):
     account_id: str
     session_id: str
     at: Timestamp
+    limit_ms: int = 0
+    """The audio the session may bill (its ``ready``'s ``session_limit_ms``): the accounts
+    agent holds it as reserved usage until the session closes. 0 (records from before this
+    field): nothing held."""
 
 
 class SessionClosed(Record):
@@ -117,8 +121,19 @@ class SessionClosed(Record):
     at: Timestamp
 
 
+class SessionLost(Record):
+    """A held live session whose lease is gone without a close: its gateway died. The
+    accounts agent frees the hold; a late ``SessionClosed`` still counts its usage."""
+
+    kind: Literal["session_lost"] = "session_lost"
+    account_id: str
+    session_id: str
+    at: Timestamp
+
+
 AccountEvent = Annotated[
-    Submitted | Canceled | DurationKnown | Finished | LimitsChanged | SessionOpened | SessionClosed,
+    Submitted | Canceled | DurationKnown | Finished | LimitsChanged | SessionOpened
+    | SessionClosed | SessionLost,
     Field(discriminator="kind"),
 ]
 

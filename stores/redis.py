@@ -20,8 +20,9 @@ import redis.asyncio as aioredis
 from redis import exceptions as redis_exc
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
-from topologies.redis_keys import (CANCELED, LEDGER, LIVE, QUEUED, RATE, TRANSCRIPT,
-                                   TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM, WEBHOOK_AUTH)
+from topologies.redis_keys import (CANCELED, LEDGER, LIVE, LIVE_HOLDS, QUEUED, RATE,
+                                   TRANSCRIPT, TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM,
+                                   WEBHOOK_AUTH)
 
 __all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
 
@@ -52,6 +53,40 @@ if redis.call('ZSCORE', KEYS[1], ARGV[3]) then
   redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1 end
 if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1
+"""
+
+# A live session's admission: its lease and the usage it is given, in one step, so that
+# sessions admitted at once (by any gateway) each see the others' holds. A hold counts here
+# until the accounts agent's ledger snapshot lists the session (its `reserved` has it
+# then); holds of sessions whose lease is gone are dropped. Returns the ms given, 0 when no
+# usage is left, -1 when every place is taken.
+_ADMIT = """
+local now = tonumber(ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local used, reserved, known = 0, 0, {}
+local raw = redis.call('GET', KEYS[3])
+if raw then
+  local ledger = cjson.decode(raw)
+  used = tonumber(ledger['used']) or 0
+  reserved = tonumber(ledger['reserved']) or 0
+  if type(ledger['live']) == 'table' then
+    for _, sid in ipairs(ledger['live']) do known[sid] = true end
+  end
+end
+local pending = 0
+local holds = redis.call('HGETALL', KEYS[2])
+for i = 1, #holds, 2 do
+  if not redis.call('ZSCORE', KEYS[1], holds[i]) then redis.call('HDEL', KEYS[2], holds[i])
+  elseif not known[holds[i]] then pending = pending + tonumber(holds[i + 1]) end
+end
+local free = tonumber(ARGV[5]) - math.floor((used + reserved) * 1000 + 0.5) - pending
+if free <= 0 then return 0 end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end
+local given = math.min(tonumber(ARGV[6]), free)
+redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
+redis.call('HSET', KEYS[2], ARGV[3], given)
+redis.call('PEXPIRE', KEYS[2], ARGV[7])
+return given
 """
 
 # The read model of a transcript: one hash per id, {run, pending, version, row, result,
@@ -178,7 +213,8 @@ POOL_WAIT_S = 5.0
 
 
 class LedgerSnapshot(dict[str, Any]):
-    """``used``, ``reserved`` (seconds), ``processing`` (count) as last published by the accounts agent."""
+    """``used``, ``reserved`` (seconds), ``processing`` (count) and ``live`` (the ids of the
+    live sessions whose hold ``reserved`` counts) as last published by the accounts agent."""
 
 
 class RedisStore:
@@ -194,6 +230,7 @@ class RedisStore:
         self._rate = self.client.register_script(_RATE)
         self._bounded_add = self.client.register_script(_BOUNDED_ADD)
         self._lease = self.client.register_script(_LEASE)
+        self._admit = self.client.register_script(_ADMIT)
         self._row_begin = self.client.register_script(_ROW_BEGIN)
         self._row_end = self.client.register_script(_ROW_END)
         self._row_get = self.client.register_script(_ROW_GET)
@@ -245,9 +282,37 @@ class RedisStore:
             return bool(await self._lease(keys=[self.k(*LIVE.key(account_id))],
                                           args=[now, limit, session_id, now + ttl_s]))
 
+    async def admit_session(self, account_id: str, session_id: str, *, places: int,
+                            quota_ms: int, cap_ms: int, ttl_s: float = 30.0) -> int:
+        """Lease a place for a live session and give it usage, atomically.
+
+        The usage left is the quota less the ledger's ``used`` and ``reserved`` and less
+        the holds of other leased sessions the ledger does not list yet (see ``_ADMIT``).
+
+        Returns:
+            the ms given (at most ``cap_ms``); 0 when no usage is left; -1 when ``places``
+            sessions already hold a lease.
+        """
+        now = time.time()
+        async with map_redis_errors():
+            return int(await self._admit(
+                keys=[self.k(*LIVE.key(account_id)), self.k(*LIVE_HOLDS.key(account_id)),
+                      self.k(*LEDGER.key(account_id))],
+                args=[now, places, session_id, now + ttl_s, quota_ms, cap_ms,
+                      int((LIVE_HOLDS.ttl_s or 3600) * 1000)]))
+
     async def release_session(self, account_id: str, session_id: str) -> None:
         async with map_redis_errors():
-            await self.client.zrem(self.k(*LIVE.key(account_id)), session_id)
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.zrem(self.k(*LIVE.key(account_id)), session_id)
+                pipe.hdel(self.k(*LIVE_HOLDS.key(account_id)), session_id)
+                await pipe.execute()
+
+    async def live_leases(self, account_id: str) -> set[str]:
+        """The ids of the account's sessions whose lease has not expired."""
+        async with map_redis_errors():
+            return set(await self.client.zrangebyscore(self.k(*LIVE.key(account_id)),
+                                                       time.time(), "+inf"))
 
     async def live_sessions(self, account_id: str) -> int:
         async with map_redis_errors():

@@ -11,7 +11,7 @@ prints it. Batch::
     decode/chunk/transcribe/diarize ──outcomes (failed)──► finalize
     finalize ──account-events (finished)──► accounts ──settled──► publish
     publish ──webhooks──► webhooks (a timer retries on schedule);  publish ──transcripts.completed──► data engineers
-    reconcile (timer) ──account-events (submitted again) / dispatch (resumed)──► accounts / decode
+    reconcile (timer) ──account-events (submitted again, session lost) / dispatch (resumed)──► accounts / decode
 
 Realtime::
 
@@ -105,11 +105,11 @@ GRAPH: tuple[Node, ...] = (
          reads=(REALTIME_MESSAGES,), writes=(ACCOUNT_EVENTS, REALTIME_AUDIO),
          objects_written=(O.UPLOAD, O.SPEC), objects_read=(O.UPLOAD,),
          objects_deleted=O.OBJECT_KEYS,
-         redis_read=(R.LEDGER, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE, R.IDEMPOTENCY,
-                     R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.AUTH_GENERATION, R.TRANSCRIPT,
-                     R.TRANSCRIPT_LIST),
+         redis_read=(R.LEDGER, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE, R.LIVE_HOLDS,
+                     R.IDEMPOTENCY, R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE, R.AUTH_GENERATION,
+                     R.TRANSCRIPT, R.TRANSCRIPT_LIST),
          redis_written=(R.CANCELED, R.WEBHOOK_AUTH, R.QUEUED, R.UPLOAD, R.UPLOAD_CLAIM, R.LIVE,
-                        R.IDEMPOTENCY, R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE,
+                        R.LIVE_HOLDS, R.IDEMPOTENCY, R.RATE, R.ACCOUNT_CACHE, R.KEY_CACHE,
                         R.AUTH_GENERATION, R.TRANSCRIPT, R.TRANSCRIPT_LIST),
          clickhouse=True),
     Node("accounts", "service",
@@ -120,11 +120,12 @@ GRAPH: tuple[Node, ...] = (
          redis_written=(R.LEDGER, R.QUEUED, R.TRANSCRIPT, R.TRANSCRIPT_LIST),
          clickhouse=True),
     Node("reconcile", "service",
-         "timer: submits again accepted jobs the accounts agent never saw, and re-dispatches "
-         "the jobs its recovered ledger holds as processing",
+         "timer: submits again accepted jobs the accounts agent never saw, re-dispatches "
+         "the jobs its recovered ledger holds as processing, and frees the usage held for "
+         "live sessions whose lease is gone",
          handler="pipeline.app:Pipeline.install_reconcile",
          writes=(ACCOUNT_EVENTS, DISPATCH), tables_read=(ACCOUNTS,),
-         redis_read=(R.CANCELED, R.ACCOUNT_CACHE),
+         redis_read=(R.CANCELED, R.ACCOUNT_CACHE, R.LIVE),
          clickhouse=True),
     Node("decode", "stage",
          "fetch audio_url or the upload, decode to 16 kHz mono PCM, report duration",

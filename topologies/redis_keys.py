@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 __all__ = ["RedisKey", "REDIS_KEYS", "CANCELED", "WEBHOOK_AUTH", "LEDGER", "QUEUED", "UPLOAD",
-           "UPLOAD_CLAIM", "LIVE", "IDEMPOTENCY", "RATE", "RETENTION_LOCK", "ACCOUNT_CACHE",
+           "UPLOAD_CLAIM", "LIVE", "LIVE_HOLDS", "IDEMPOTENCY", "RATE", "RETENTION_LOCK", "ACCOUNT_CACHE",
            "KEY_CACHE", "AUTH_GENERATION", "TRANSCRIPT", "TRANSCRIPT_LIST"]
 
 
@@ -54,6 +54,9 @@ UPLOAD = RedisKey("upload", ("file_id",), "json", "owner, size and time of an up
 UPLOAD_CLAIM = RedisKey("upload-claim", ("file_id",), "json",
                         "the transcript that used an upload (one job per file)")
 LIVE = RedisKey("live", ("account_id",), "zset", "live-session leases, scored by expiry")
+LIVE_HOLDS = RedisKey("live-holds", ("account_id",), "hash",
+                      "usage (ms) each leased live session was given; counted at admission "
+                      "until the ledger lists the session as held", ttl_s=DAY_S)
 IDEMPOTENCY = RedisKey("idem", ("account_id", "key_hash"), "json",
                        "Idempotency-Key records: body hash and transcript id")
 RATE = RedisKey("rate", ("bucket",), "counter", "GCRA rate-limit buckets")
@@ -75,5 +78,5 @@ TRANSCRIPT_LIST = RedisKey("transcripts", ("account_id",), "hash",
                            "(docs/job-path.md)")
 
 REDIS_KEYS: tuple[RedisKey, ...] = (CANCELED, WEBHOOK_AUTH, LEDGER, QUEUED, UPLOAD, UPLOAD_CLAIM,
-                                    LIVE, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,
+                                    LIVE, LIVE_HOLDS, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,
                                     KEY_CACHE, AUTH_GENERATION, TRANSCRIPT, TRANSCRIPT_LIST)

@@ -397,6 +397,45 @@ def test_usage_used_up(rt: Stack) -> None:
     expect(rt, key, "quota_unavailable", 4409, start={"type": "start"})
 
 
+def test_sessions_started_at_once_share_the_usage_left(rt: Stack) -> None:
+    """One usage limit for both models: each session is given only what the others have
+    not been given, and a ready session's limit is held (the account's
+    ``reserved_seconds``) until it is settled."""
+    _, key = rt.new_account(usage_limit_seconds=400)
+
+    def usage() -> dict[str, Any]:
+        with rt.client(key) as http:
+            return http.get("/v1/account").json()["usage_limit"]
+
+    async def reserved_becomes(seconds: float, *live: Any) -> None:
+        deadline = time.monotonic() + 30
+        while (got := await asyncio.to_thread(usage))["reserved_seconds"] != seconds:
+            assert time.monotonic() < deadline, got
+            for ws in live:  # pings keep the 3 s idle timeout away
+                await ws.send(json.dumps({"type": "ping"}))
+                await until(ws, "pong")
+            await asyncio.sleep(0.2)
+
+    async def go() -> None:
+        async with connect(rt, key) as one, connect(rt, key) as two:
+            limits = [r["session_limit_ms"] for r in await asyncio.gather(ready(one),
+                                                                          ready(two))]
+            assert sorted(limits) == [100_000, 300_000], limits
+            await reserved_becomes(400, one, two)
+            short, long = (one, two) if limits[0] == 100_000 else (two, one)
+            await short.send(json.dumps({"type": "finish"}))
+            assert (await until(short, "finished"))[0]["billed_ms"] == 0
+            await reserved_becomes(300, long)
+            for _ in range(50):  # 1 s
+                await long.send(SILENCE)
+                await asyncio.sleep(0.02)
+            await long.send(json.dumps({"type": "finish"}))
+            assert (await until(long, "finished"))[0]["billed_ms"] == 1000
+        await reserved_becomes(0)
+    run(go())
+    assert usage()["used_seconds"] == 1
+
+
 def test_plain_get_is_not_a_session(rt: Stack) -> None:
     assert httpx.get(rt.url("/v1/realtime")).status_code == 400
 

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from pipeline.accounts import AccountState, apply
+from pipeline.accounts import LIVE_HOLD_GRACE, AccountState, apply, lost_holds
 from schemas.records import (AccountLimits, Canceled, DurationKnown, Finished, SessionClosed,
-                             Submitted)
+                             SessionLost, SessionOpened, Submitted)
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 LIMITS = AccountLimits(usage_limit_seconds=100, max_concurrent_jobs=2)
@@ -89,3 +89,64 @@ def test_a_closed_session_is_recorded_as_stream_usage_even_on_replay() -> None:
     assert fx.sessions_closed == [closed] and fx.usage_seconds == 4.0
     _, again = apply(state, closed, NOW)
     assert again.sessions_closed == [closed] and again.usage_seconds == 0.0
+
+
+def opened(sid: str, limit_ms: int, at: datetime = NOW) -> SessionOpened:
+    return SessionOpened(account_id="a", session_id=sid, at=at, limit_ms=limit_ms)
+
+
+def closed(sid: str, billed_ms: int) -> SessionClosed:
+    return SessionClosed(account_id="a", session_id=sid, key_id="k", audio_ms=billed_ms,
+                         billed_ms=billed_ms, at=NOW)
+
+
+def test_an_open_live_session_holds_its_limit_against_batch_jobs() -> None:
+    """One limit for both models: a batch job cannot take the usage a live session may
+    still bill, and the session's close frees the hold and counts what it billed."""
+    state, _ = run(AccountState(), sub("t0"), opened("s", 70_000))
+    assert state.reserved == 70 and state.remaining == 30
+    state, fx = run(state, DurationKnown(account_id="a", transcript_id="t0", duration=40))
+    assert not fx[0].admissions[0].admitted, "40 s of audio, 30 s left beside the session"
+    state, _ = run(state, closed("s", 12_000))
+    assert state.live == {} and state.used == 12 and state.reserved == 0
+    state, fx = run(state, sub("t1"), DurationKnown(account_id="a", transcript_id="t1",
+                                                    duration=40))
+    assert fx[1].admissions[0].admitted
+
+
+def test_a_replayed_open_holds_nothing_twice_nor_after_the_close() -> None:
+    state, _ = run(AccountState(limits=LIMITS), opened("s", 30_000), opened("s", 30_000))
+    assert state.reserved == 30
+    state, _ = run(state, closed("s", 5_000), opened("s", 30_000), closed("s", 5_000))
+    assert state.reserved == 0 and state.used == 5
+
+
+def test_a_hold_whose_close_never_came_ends_after_its_limit_and_the_grace() -> None:
+    """A gateway that died never settles: the hold must not stay forever."""
+    state, _ = run(AccountState(limits=LIMITS), opened("s", 60_000))
+    edge = NOW + timedelta(seconds=60) + LIVE_HOLD_GRACE
+    state, _ = apply(state, opened("other", 0), edge)
+    assert state.reserved == 60, "still held at the very end of its grace"
+    state, _ = apply(state, opened("other", 0), edge + timedelta(seconds=1))
+    assert state.reserved == 0 and state.live == {}
+
+
+def test_an_open_from_before_the_limit_field_holds_nothing() -> None:
+    old = SessionOpened.model_validate({"kind": "session_opened", "account_id": "a",
+                                        "session_id": "s", "at": NOW.isoformat()})
+    state, _ = run(AccountState(limits=LIMITS), old)
+    assert old.limit_ms == 0 and state.reserved == 0 and state.live == {}
+
+
+def test_a_hold_whose_lease_is_gone_is_freed_and_a_late_close_still_counts() -> None:
+    """The reconciler frees the hold of a session whose gateway died (``SessionLost``); a
+    close that was only late counts its usage all the same, once."""
+    state, _ = run(AccountState(limits=LIMITS), opened("dead", 60_000, NOW),
+                   opened("live", 30_000, NOW), opened("new", 10_000, NOW + timedelta(seconds=25)))
+    later = NOW + timedelta(seconds=40)
+    assert lost_holds(state, {"live"}, later, settle_s=30) == ["dead"], \
+        "a young hold waits for its close; a leased one is live"
+    state, _ = apply(state, SessionLost(account_id="a", session_id="dead", at=later), later)
+    assert state.reserved == 40 and "dead" not in state.live
+    state, _ = run(state, closed("dead", 7_000), closed("dead", 7_000))
+    assert state.used == 7 and state.reserved == 40
