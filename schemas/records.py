@@ -16,7 +16,8 @@ from .api import Speaker, Timestamp, Utterance, Word
 
 __all__ = [
     "Record", "AccountLimits", "JobSpec", "Submitted", "Canceled", "DurationKnown", "Finished",
-    "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch", "Admission",
+    "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
+    "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
     "TranscriptResult", "OpenSegment", "ResumePoint", "RealtimeCheckpoint", "RealtimeAudio",
     "RealtimeMessage",
