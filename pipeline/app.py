@@ -304,6 +304,8 @@ class Pipeline:
         await self.ctx.redis.set_ledger(account_id, {
             "used": new.used, "reserved": new.reserved, "processing": len(new.processing),
             "queued": len(new.queue), "live": sorted(new.live)})
+        if self.reconciler is not None:
+            self.reconciler.held(account_id, bool(new.live))
         if _is_new_job(state, event):
             self.ctx.metrics.jobs.labels("queued").inc()
         await self._carry_out(account_id, fx, now, first=_first_settled(state, fx))

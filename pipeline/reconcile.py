@@ -93,6 +93,10 @@ class Reconciler:
         self.fresh: set[str] | None = set()
         """Jobs dispatched here since the tables were last recovered (process start too),
         until the next tick: the re-dispatch skips them. None between those times."""
+        self.holding: set[str] | None = None
+        """Accounts whose state holds usage for live sessions, kept by the accounts agent
+        (``held``) so the tick reads only those; None until rebuilt from the table after a
+        start or rebalance."""
         signal = getattr(app, "on_rebalance_complete", None)
         if signal is not None:  # sent once the tables are recovered, before streams resume
             signal.connect(self._on_rebalance_complete)
@@ -100,6 +104,12 @@ class Reconciler:
     async def _on_rebalance_complete(self, *args: Any, **kwargs: Any) -> None:
         self.fresh = set()
         self.recoveries += 1
+        self.holding = None
+
+    def held(self, account_id: str, holds: bool) -> None:
+        """The accounts agent's state of ``account_id`` after an event: holding or not."""
+        if self.holding is not None:
+            (self.holding.add if holds else self.holding.discard)(account_id)
 
     def dispatched(self, transcript_id: str) -> None:
         """The accounts agent dispatched a job (its record written after recovery)."""
@@ -141,13 +151,15 @@ class Reconciler:
 
     async def free_lost_holds(self, now: datetime, owned: set[int]) -> list[str]:
         """``SessionLost`` for every live session held here whose lease is gone."""
-        freed = []
+        freed: list[str] = []
         settle_s = self.ctx.settings.realtime.lease_ttl_s
-        for account_id, raw in list(self.table.items()):
-            if partition_of(account_id, self.partitions) not in owned or not raw:
-                continue
-            state = AccountState.model_validate_json(raw)
-            if not state.live:
+        if self.holding is None:  # once per start or rebalance: every state is parsed
+            self.holding = {account_id for account_id, raw in list(self.table.items())
+                            if raw and AccountState.model_validate_json(raw).live}
+        for account_id in sorted(self.holding):
+            state = self._state(account_id)
+            if state is None or not state.live \
+                    or partition_of(account_id, self.partitions) not in owned:
                 continue
             for sid in lost_holds(state, await self.ctx.redis.live_leases(account_id), now,
                                   settle_s):
