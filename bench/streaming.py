@@ -222,7 +222,7 @@ class DecodeLog:
         partials = [(a, b) for k, a, b in self.spans if k == "partial"]
         both = total = 0.0
         for kind, a, b in self.spans:
-            if kind == "final":
+            if kind.startswith("final"):
                 total += b - a
                 both += sum(max(0.0, min(b, d) - max(a, c)) for c, d in partials)
         return both / total if total else 0.0
@@ -244,11 +244,13 @@ class _LoggedEngine(RealtimeEngine):
     def __init__(self, models: StreamingModels, options: EngineOptions, log: DecodeLog) -> None:
         super().__init__(models, options)
         partial = options.recognizer.partial_decode
+        beam = options.recognizer.decode.beam_size
 
         def decode(decoder, inputs, opts):  # type: ignore[no-untyped-def]
             t0 = time.perf_counter()
             out, elapsed = RealtimeEngine._decode(decoder, inputs, opts)
-            kind = "partial" if opts == partial else "final"
+            kind = ("partial" if opts == partial
+                    else "final" if opts.beam_size == beam else "final-narrowed")
             log.batches[kind] = log.batches.get(kind, 0) + 1
             log.inputs[kind] = log.inputs.get(kind, 0) + len(inputs)
             log.walls.setdefault(kind, []).append(elapsed)

@@ -48,7 +48,7 @@ from .recognizer import (DecodeKind, DecodeRequest, SessionRecognizer, Update, c
                          pcm_to_float)
 from .vocabulary import VocabularyTerm
 
-__all__ = ["RealtimeEngine", "partial_rest", "partials_held"]
+__all__ = ["RealtimeEngine", "final_decode_options", "partial_rest", "partials_held"]
 
 
 def partial_rest(elapsed: float, duty: float) -> float:
@@ -71,8 +71,20 @@ def partials_held(*, finals_running: int, beside_finals: bool, now: float,
     return max(0.0, rest_until - now)
 
 
-@dataclass(eq=False)
+def final_decode_options(options: DecodeOptions, *, batch: int, finals_running: int,
+                         busy_beam: int | None) -> DecodeOptions:
+    """The options of a final batch: its own beam when the cores keep up, ``busy_beam``
+    when finals queue (several in the batch, or another final decode still running).
 
+    A wider beam costs each final decode about 15%; paid while finals wait for a core, it
+    is paid again by every final behind it.
+    """
+    if busy_beam is None or busy_beam >= options.beam_size or (batch <= 1 and not finals_running):
+        return options
+    return options.model_copy(update={"beam_size": busy_beam})
+
+
+@dataclass(eq=False)
 class _Session:
     id: str
     recognizer: SessionRecognizer
@@ -249,6 +261,10 @@ class RealtimeEngine:
             inputs = [r.input for _, r in batch]
             options = head_session.recognizer.decode_options(head.kind)
             partial = head.kind is DecodeKind.PARTIAL
+            if not partial:
+                options = final_decode_options(options, batch=len(batch),
+                                               finals_running=self._finals_running,
+                                               busy_beam=self._opts.busy_final_beam)
             self._partials_running += partial
             self._finals_running += not partial
             try:

@@ -23,7 +23,7 @@ from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOption
 from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
 from pipeline.realtime.decoder import drop_restated_tail, merge_overlap
-from pipeline.realtime.engine import partial_rest, partials_held
+from pipeline.realtime.engine import final_decode_options, partial_rest, partials_held
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.settings import Settings
@@ -410,7 +410,8 @@ def test_speech_resuming_discards_the_speculative_decode(models: StreamingModels
 def test_finals_of_their_own_model_use_the_batch_beam() -> None:
     settings = Settings()
     same = engine_options(settings)
-    assert same.recognizer.decode.beam_size == 1
+    assert same.recognizer.decode.beam_size == 3            # tiny.en finals: a small beam
+    assert same.recognizer.partial_decode.beam_size == 1
     assert same.max_sessions == settings.realtime.worker_max_sessions
     models = settings.models.model_copy(update={"streaming_final": "base", "beam_size": 4})
     own = engine_options(settings.model_copy(update={"models": models}))
@@ -423,6 +424,19 @@ def test_partials_take_at_most_their_duty_of_a_thread() -> None:
     assert partial_rest(0.2, 0.5) == pytest.approx(0.2)
     assert partial_rest(0.3, 0.25) == pytest.approx(0.9)
     assert partial_rest(0.2, 1.0) == 0.0                       # duty 1: no rest
+
+
+def test_finals_narrow_their_beam_only_while_they_queue() -> None:
+    wide = EngineOptions().recognizer.decode
+    assert wide.beam_size == 3
+    alone = final_decode_options(wide, batch=1, finals_running=0, busy_beam=1)
+    assert alone is wide                                    # a core free: the beam of 3
+    assert final_decode_options(wide, batch=2, finals_running=0, busy_beam=1).beam_size == 1
+    narrowed = final_decode_options(wide, batch=1, finals_running=1, busy_beam=1)
+    assert narrowed.beam_size == 1
+    assert narrowed.model_copy(update={"beam_size": 3}) == wide   # nothing else changes
+    assert final_decode_options(wide, batch=3, finals_running=1, busy_beam=None) is wide
+    assert final_decode_options(wide, batch=3, finals_running=1, busy_beam=5) is wide
 
 
 def test_refreshed_partials_wait_for_finals_and_their_rest() -> None:
