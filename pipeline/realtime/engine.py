@@ -71,17 +71,17 @@ def partials_held(*, finals_running: int, beside_finals: bool, now: float,
     return max(0.0, rest_until - now)
 
 
-def final_decode_options(options: DecodeOptions, *, batch: int, finals_running: int,
-                         busy_beam: int | None) -> DecodeOptions:
-    """The options of a final batch: its own beam when the cores keep up, ``busy_beam``
-    when finals queue (several in the batch, or another final decode still running).
+def final_decode_options(options: DecodeOptions, *, sessions: int,
+                         wide_sessions: int | None) -> DecodeOptions:
+    """The options of a final batch: the recognizer's beam while at most ``wide_sessions``
+    sessions are open, greedy with more (None: the beam always).
 
-    A wider beam costs each final decode about 15%; paid while finals wait for a core, it
-    is paid again by every final behind it.
+    A beam of 3 costs each final decode about 7% more CPU; with 10 sessions on 2 cores
+    finals queue for a core, and every final behind one pays for its beam again.
     """
-    if busy_beam is None or busy_beam >= options.beam_size or (batch <= 1 and not finals_running):
+    if wide_sessions is None or sessions <= wide_sessions or options.beam_size == 1:
         return options
-    return options.model_copy(update={"beam_size": busy_beam})
+    return options.model_copy(update={"beam_size": 1})
 
 
 @dataclass(eq=False)
@@ -262,9 +262,8 @@ class RealtimeEngine:
             options = head_session.recognizer.decode_options(head.kind)
             partial = head.kind is DecodeKind.PARTIAL
             if not partial:
-                options = final_decode_options(options, batch=len(batch),
-                                               finals_running=self._finals_running,
-                                               busy_beam=self._opts.busy_final_beam)
+                options = final_decode_options(options, sessions=len(self._sessions),
+                                               wide_sessions=self._opts.wide_beam_sessions)
             self._partials_running += partial
             self._finals_running += not partial
             try:

@@ -225,8 +225,8 @@ def base_models(model_cache: Path) -> StreamingModels:
 
 
 @pytest.mark.parametrize("beam", [1, 5])
-def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels,
-                                                   beam: int) -> None:
+def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels, beam: int,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     out = io.BytesIO()
     decode_to_pcm(MEND, out)
     audio = np.frombuffer(out.getvalue(), "<i2").astype(np.float32) / 32768
@@ -234,11 +234,17 @@ def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels,
         prompt = decoder.prompt()
         once, = decoder.decode([DecodeInput(audio, prompt)],
                                DecodeOptions(beam_size=beam, max_continuations=0))
+        beams: list[int] = []
+        one_pass = decoder._pass
+        monkeypatch.setattr(decoder, "_pass", lambda inputs, o: beams.append(o.beam_size)
+                            or one_pass(inputs, o))
         whole, = decoder.decode([DecodeInput(audio, prompt)], DecodeOptions(beam_size=beam))
+        monkeypatch.undo()
         assert "coat before you go out" in words_of(whole.text), (decoder.model_dir, whole)
         assert words_of(whole.text).count("coat") == 1, whole     # no loop appended
         if decoder is base_models.final:
             assert words_of(once.text) == "men" and whole.continued == 1
+            assert beams == [beam, 1]           # the beam for the decode, greedy for its rest
         else:                                   # tiny.en gets it in one decode, as before
             assert once.text == whole.text and whole.continued == 0
 
@@ -426,17 +432,14 @@ def test_partials_take_at_most_their_duty_of_a_thread() -> None:
     assert partial_rest(0.2, 1.0) == 0.0                       # duty 1: no rest
 
 
-def test_finals_narrow_their_beam_only_while_they_queue() -> None:
+def test_finals_keep_their_beam_up_to_the_wide_beam_sessions() -> None:
     wide = EngineOptions().recognizer.decode
-    assert wide.beam_size == 3
-    alone = final_decode_options(wide, batch=1, finals_running=0, busy_beam=1)
-    assert alone is wide                                    # a core free: the beam of 3
-    assert final_decode_options(wide, batch=2, finals_running=0, busy_beam=1).beam_size == 1
-    narrowed = final_decode_options(wide, batch=1, finals_running=1, busy_beam=1)
-    assert narrowed.beam_size == 1
-    assert narrowed.model_copy(update={"beam_size": 3}) == wide   # nothing else changes
-    assert final_decode_options(wide, batch=3, finals_running=1, busy_beam=None) is wide
-    assert final_decode_options(wide, batch=3, finals_running=1, busy_beam=5) is wide
+    assert wide.beam_size == 3 and EngineOptions().wide_beam_sessions == 5
+    assert final_decode_options(wide, sessions=5, wide_sessions=5) is wide
+    narrow = final_decode_options(wide, sessions=6, wide_sessions=5)
+    assert narrow.beam_size == 1
+    assert narrow.model_copy(update={"beam_size": 3}) == wide     # nothing else changes
+    assert final_decode_options(wide, sessions=10, wide_sessions=None) is wide
 
 
 def test_refreshed_partials_wait_for_finals_and_their_rest() -> None:
