@@ -98,7 +98,7 @@ class ModelSettings(BaseModel):
     both, diarization fell behind and finished alone on one core (docs/job-path.md)."""
     streaming_partial: str = "tiny.en"
     streaming_final: str = "tiny.en"
-    """``base`` (finals with the batch beam): 7.29% WER on the dev items against 7.77% for
+    """``base`` (finals with the batch beam): 7.09% WER on the dev items against 7.77% for
     tiny.en with its beam of 3, at about twice the final-decode CPU per live session
     (docs/realtime.md)."""
     batch_engine: Literal["whisper", "zipformer"] = "whisper"

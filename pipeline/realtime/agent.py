@@ -85,10 +85,11 @@ def engine_options(settings: Settings) -> EngineOptions:
 
     Finals from a model of their own (``models.streaming_final`` not the partial model)
     decode with the batch path's beam (``models.beam_size``): on the dev items of the coverage
-    benchmark, base finals gave 7.77% WER greedy and 7.29% with beam 5 against tiny.en's
-    9.40% (``python -m bench.streaming --offline --coverage``), for 2.0 and 2.5 times tiny.en's
-    final-decode CPU. tiny.en finals keep the recognizer's own beam of 3 (7.77%; beam 5
-    7.96%). The switch is ``A5S_MODELS__STREAMING_FINAL=base``.
+    benchmark, base finals gave 7.77% WER greedy and 7.09% with beam 5 against tiny.en's
+    9.20% greedy (``python -m bench.streaming --offline --coverage``), for 2.0 and 2.5 times
+    tiny.en's greedy final-decode CPU. tiny.en finals keep the recognizer's own beam of 3
+    (7.77%; beam 5 7.96%). The switch is ``A5S_MODELS__STREAMING_FINAL=base``; above
+    ``wide_beam_sessions`` finals of either model decode greedy.
     """
     m = settings.models
     options = EngineOptions(max_sessions=settings.realtime.worker_max_sessions)
