@@ -88,8 +88,9 @@ def engine_options(settings: Settings) -> EngineOptions:
     benchmark, base finals gave 7.77% WER greedy and 7.09% with beam 5 against tiny.en's
     9.20% greedy (``python -m bench.streaming --offline --coverage``), for 2.0 and 2.5 times
     tiny.en's greedy final-decode CPU. tiny.en finals keep the recognizer's own beam of 3
-    (7.77%; beam 5 7.96%). The switch is ``A5S_MODELS__STREAMING_FINAL=base``; above
-    ``wide_beam_sessions`` finals of either model decode greedy.
+    (7.77%; beam 5 7.96%), greedy above ``wide_beam_sessions``. The switch is
+    ``A5S_MODELS__STREAMING_FINAL=base``, for machines with cores to spare: its finals keep
+    the beam however many sessions are open.
     """
     m = settings.models
     options = EngineOptions(max_sessions=settings.realtime.worker_max_sessions)
@@ -97,7 +98,8 @@ def engine_options(settings: Settings) -> EngineOptions:
         return options
     rec = options.recognizer
     decode = rec.decode.model_copy(update={"beam_size": min(m.beam_size, 10)})
-    return options.model_copy(update={"recognizer": rec.model_copy(update={"decode": decode})})
+    return options.model_copy(update={"recognizer": rec.model_copy(update={"decode": decode}),
+                                      "wide_beam_sessions": None})
 
 
 @dataclass(eq=False)

@@ -422,6 +422,7 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
     models = settings.models.model_copy(update={"streaming_final": "base", "beam_size": 4})
     own = engine_options(settings.model_copy(update={"models": models}))
     assert own.recognizer.decode.beam_size == 4            # finals and speculative finals
+    assert own.wide_beam_sessions is None and same.wide_beam_sessions == 5
     assert own.recognizer.partial_decode.beam_size == 1     # partials stay greedy
     assert own.recognizer.vad == same.recognizer.vad
 
