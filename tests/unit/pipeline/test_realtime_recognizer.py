@@ -234,6 +234,8 @@ def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels,
         prompt = decoder.prompt()
         once, = decoder.decode([DecodeInput(audio, prompt)],
                                DecodeOptions(beam_size=beam, max_continuations=0))
+        # A spy, not a stand-in: the real pass runs on the real model; only the beam each
+        # pass was given is recorded, since the text alone cannot show it.
         beams: list[int] = []
         one_pass = decoder._pass
         monkeypatch.setattr(decoder, "_pass", lambda inputs, o: beams.append(o.beam_size)

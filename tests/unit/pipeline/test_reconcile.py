@@ -163,17 +163,26 @@ async def test_a_rebalance_that_keeps_the_partitions_resumes_too() -> None:
     assert worker.sent == ["tr_first"]
 
 
-async def test_lost_holds_are_freed_and_only_holding_accounts_are_read() -> None:
+async def test_lost_holds_are_freed_and_only_holding_accounts_are_read(valkey: str) -> None:
     """After a start the tick finds the holding accounts in the table once; then the
     accounts agent keeps that set (``held``), and a session whose lease is gone gets its
-    ``SessionLost``. The lease set comes from a stand-in for Redis's sorted set (the real
-    one is tested in tests/unit/stores/test_redis_store.py)."""
+    ``SessionLost``. Leases are real ones in Valkey; the store records which accounts the
+    tick asks about, and the published records are collected instead of sent to Kafka."""
     from datetime import timedelta
     from types import SimpleNamespace
 
     from pipeline.accounts import apply
     from pipeline.reconcile import Reconciler
     from schemas.records import SessionLost, SessionOpened
+    from schemas.settings import Settings
+    from stores.redis import RedisStore
+
+    asked: list[str] = []
+
+    class AskedStore(RedisStore):
+        async def live_leases(self, account_id: str) -> set[str]:
+            asked.append(account_id)
+            return await super().live_leases(account_id)
 
     def opened(account: str, sid: str) -> bytes:
         state, _ = apply(AccountState(), SessionOpened(account_id=account, session_id=sid,
@@ -182,32 +191,29 @@ async def test_lost_holds_are_freed_and_only_holding_accounts_are_read() -> None
 
     table = {"acct_a": opened("acct_a", "s_dead"), "acct_b": AccountState().model_dump_json()
              .encode()}
-    leases: dict[str, set[str]] = {"acct_a": set()}
-    asked: list[str] = []
-
-    async def live_leases(account_id: str) -> set[str]:
-        asked.append(account_id)
-        return leases.get(account_id, set())
-
-    ctx = SimpleNamespace(redis=SimpleNamespace(live_leases=live_leases),
-                          settings=SimpleNamespace(realtime=SimpleNamespace(lease_ttl_s=30),
-                                                   topic_prefix="a5s.", partitions=1),
-                          ch=None)
+    store = AskedStore(valkey, prefix=f"t{id(object())}:")
+    settings = Settings()
+    ctx = SimpleNamespace(redis=store, settings=settings, ch=None)
+    owned = set(range(settings.partitions))
     sent: list[tuple[str, Any]] = []
 
     async def publish(spec: object, key: str, value: Any) -> None:
         sent.append((key, value))
 
-    reconciler = Reconciler(SimpleNamespace(), ctx, table, publish)  # type: ignore[arg-type]
-    later = NOW + timedelta(seconds=40)
-    assert await reconciler.free_lost_holds(later, {0}) == ["s_dead"]
-    assert asked == ["acct_a"], "an account holding nothing is not asked about"
-    assert sent == [("acct_a", SessionLost(account_id="acct_a", session_id="s_dead",
-                                           at=later))]
-    table["acct_c"] = opened("acct_c", "s_live")
-    leases["acct_c"] = {"s_live"}
-    reconciler.held("acct_c", True)   # what the accounts agent reports after each event
-    reconciler.held("acct_a", False)
-    asked.clear()
-    assert await reconciler.free_lost_holds(later, {0}) == []
-    assert asked == ["acct_c"]
+    try:
+        reconciler = Reconciler(SimpleNamespace(), ctx, table, publish)  # type: ignore[arg-type]
+        later = NOW + timedelta(seconds=40)
+        assert await reconciler.free_lost_holds(later, owned) == ["s_dead"]   # no lease
+        assert asked == ["acct_a"], "an account holding nothing is not asked about"
+        assert sent == [("acct_a", SessionLost(account_id="acct_a", session_id="s_dead",
+                                               at=later))]
+        table["acct_c"] = opened("acct_c", "s_live")
+        assert await store.admit_session("acct_c", "s_live", places=5, quota_ms=600_000,
+                                         cap_ms=60_000) == 60_000
+        reconciler.held("acct_c", True)   # what the accounts agent reports after each event
+        reconciler.held("acct_a", False)
+        asked.clear()
+        assert await reconciler.free_lost_holds(later, owned) == []            # leased
+        assert asked == ["acct_c"]
+    finally:
+        await store.close()
