@@ -142,9 +142,26 @@ def test_start_up_check_names_the_setting_and_the_missing_file(
 def test_cuda_decodes_as_the_cpu(jit_dir: Path, engine: TorchTransducerEngine,
                                  jfk_audio: np.ndarray) -> None:
     gpu = TorchTransducerEngine(jit_dir, TorchTransducerOptions(device="cuda"))
-    assert gpu.device == "cuda"
+    assert gpu.device == "cuda" and gpu._lhotse is not None  # features made on the GPU
     assert [w.text for w in gpu.transcribe(jfk_audio, 0.0)] == \
         [w.text for w in engine.transcribe(jfk_audio, 0.0)]
+    items = [(jfk_audio, 0.0), (jfk_audio[: 4 * SAMPLE_RATE], 20.0),
+             (np.zeros(0, dtype=np.float32), 5.0), (jfk_audio[2 * SAMPLE_RATE:], 40.0)]
+    on_gpu, on_cpu = gpu.transcribe_batch(items), engine.transcribe_batch(items)
+    assert [[w.text for w in ws] for ws in on_gpu] == [[w.text for w in ws] for ws in on_cpu]
+    assert all(abs(g.start - c.start) <= 0.04 for gs, cs in zip(on_gpu, on_cpu)
+               for g, c in zip(gs, cs))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA-only: no CUDA device here")
+def test_cuda_beam_search_decodes_as_the_cpu(jit_dir: Path, jfk_audio: np.ndarray) -> None:
+    def beam(device: str) -> TorchTransducerEngine:
+        return TorchTransducerEngine(jit_dir, TorchTransducerOptions(
+            device=device, decoding_method="modified_beam_search", beam=4))
+    items = [(jfk_audio[: 5 * SAMPLE_RATE], 0.0), (jfk_audio[5 * SAMPLE_RATE:], 5.0)]
+    on_gpu, on_cpu = beam("cuda").transcribe_batch(items), beam("cpu").transcribe_batch(items)
+    assert all(on_gpu)
+    assert [[w.text for w in ws] for ws in on_gpu] == [[w.text for w in ws] for ws in on_cpu]
 
 
 def test_two_asr_threads_share_one_engine(engine: TorchTransducerEngine,

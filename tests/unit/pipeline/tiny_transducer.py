@@ -64,7 +64,8 @@ class _Joiner(nn.Module):
         logits = self.out(torch.tanh(encoder_out + decoder_out))
         # Channel 0 above 1 (only the streaming encoder's silence signal) means blank.
         silence = torch.relu(encoder_out[:, :1] - 1.0) * 20.0
-        return logits + silence * (torch.arange(logits.shape[1]) == 0).to(logits.dtype)
+        blank = torch.arange(logits.shape[1], device=logits.device) == 0
+        return logits + silence * blank.to(logits.dtype)
 
 
 def _add_metadata(path: Path, meta: dict[str, str]) -> None:
