@@ -57,6 +57,7 @@ from bench.asr import DEFAULT_EVAL
 from evaluation.items import choose_items
 from evaluation.text import normalized, plain_words
 from ops.procstat import Demand, pid_of, stack_cpu, unwanted_core_seconds
+from stores.process import single_threaded_blas
 
 __all__ = ["main", "choose_items"]
 
@@ -369,6 +370,7 @@ def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[
 
 
 def main(argv: list[str] | None = None) -> None:
+    single_threaded_blas()  # as in the service's processes
     parser = argparse.ArgumentParser(prog="python -m bench.pipeline", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--eval", type=Path, default=DEFAULT_EVAL, help="eval set directory")

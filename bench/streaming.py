@@ -57,6 +57,7 @@ from pipeline.realtime import (EngineOptions, ModelOptions, RealtimeEngine, Sess
                                StreamingModels, StreamingVad, Update, default_vad_path)
 from pipeline.realtime.recognizer import DecodeKind
 from pipeline.realtime.vad import VAD_WINDOW
+from stores.process import single_threaded_blas
 
 __all__ = ["main", "CLIPS", "normalize", "build_stream"]
 
@@ -452,6 +453,7 @@ def _parse_sets(items: list[str]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    single_threaded_blas()  # as in the service's processes
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, action="append",
                         help="concurrent sessions (repeatable; default 1 and 5)")
