@@ -173,7 +173,6 @@ class WhisperDecoder:
                       for i in inputs]
             return [d for d, _, _ in self._decode_once(inputs, options)]
         out = self._decode_once(inputs, options)
-        rest_options = options.model_copy(update={"beam_size": 1})
         results = [d for d, _, _ in out]
         todo = [(k, reached, unclosed) for k, (_, reached, unclosed) in enumerate(out)]
         offsets = [0] * len(inputs)
@@ -188,7 +187,7 @@ class WhisperDecoder:
             if not rest:
                 break
             more = self._decode_once([DecodeInput(inputs[k].audio[offsets[k]:], inputs[k].prompt)
-                                      for k in rest], rest_options)
+                                      for k in rest], options.greedy())
             todo = []
             for k, (extra, reached, unclosed) in zip(rest, more):
                 short = len(inputs[k].audio) - offsets[k] <= options.continue_after_s * 16000
@@ -214,8 +213,8 @@ class WhisperDecoder:
         out = self._pass(inputs, options)
         runaway = [k for k, (_, _, _, cut) in enumerate(out) if cut]
         if runaway and options.min_frames < options.runaway_window_frames:
-            wide = options.model_copy(update={"min_frames": options.runaway_window_frames,
-                                              "beam_size": 1})
+            wide = options.greedy().model_copy(
+                update={"min_frames": options.runaway_window_frames})
             again = self._pass([inputs[k] for k in runaway], wide)
             for k, (d, reached, unclosed, cut) in zip(runaway, again):
                 if not cut:

@@ -79,9 +79,9 @@ def final_decode_options(options: DecodeOptions, *, sessions: int,
     A beam of 3 costs each final decode about 7% more CPU; with 10 sessions on 2 cores
     finals queue for a core, and every final behind one pays for its beam again.
     """
-    if wide_sessions is None or sessions <= wide_sessions or options.beam_size == 1:
+    if wide_sessions is None or sessions <= wide_sessions:
         return options
-    return options.model_copy(update={"beam_size": 1})
+    return options.greedy()
 
 
 @dataclass(eq=False)

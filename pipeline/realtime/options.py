@@ -100,6 +100,10 @@ class DecodeOptions(BaseModel):
         "``doubtful_log_prob`` (the batch recogniser's rule)."))
     doubtful_log_prob: float = Field(-0.7, description="See ``doubtful_no_speech``.")
 
+    def greedy(self) -> DecodeOptions:
+        """These options with a beam of 1 (themselves when already greedy)."""
+        return self if self.beam_size == 1 else self.model_copy(update={"beam_size": 1})
+
 
 class RecognizerOptions(BaseModel):
     """Per-session segmentation and partial cadence."""

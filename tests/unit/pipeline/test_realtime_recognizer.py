@@ -443,6 +443,7 @@ def test_finals_keep_their_beam_up_to_the_wide_beam_sessions() -> None:
     assert narrow.beam_size == 1
     assert narrow.model_copy(update={"beam_size": 3}) == wide     # nothing else changes
     assert final_decode_options(wide, sessions=10, wide_sessions=None) is wide
+    assert narrow.greedy() is narrow                               # no copy when greedy
 
 
 def test_refreshed_partials_wait_for_finals_and_their_rest() -> None:
