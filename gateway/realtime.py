@@ -113,6 +113,11 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         """Offset of the session's opening record, for a worker that takes it over."""
         self.unacked: deque[tuple[RealtimeAudio, asyncio.Future[int]]] = deque()
         """Audio records handed to the producer, oldest first, not yet acknowledged."""
+        self.kept: deque[RealtimeAudio] = deque()
+        """Audio records the worker has not acknowledged yet, oldest first: sent again from
+        the first it lacks (``StreamSession.resend_due``)."""
+        self.forwarding = asyncio.Lock()
+        """Held while records are handed to the producer, so a resend keeps them in order."""
 
     @property
     def state(self) -> SessionState:
@@ -226,6 +231,8 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
 
     def _on_worker(self, message: RealtimeMessage) -> None:
         self.session.acknowledged(message.seq)
+        while self.kept and self.kept[0].seq <= message.seq:
+            self.kept.popleft()
         if message.type == "provider_error":
             self._fail(StreamError(Code.a5sv2_unavailable, "The recognizer failed; start a new "
                                    "session."), provider=message.text or "recognition failed")
@@ -300,13 +307,17 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
                 continue
             pcm, self.buffer = bytes(self.buffer), bytearray()
             final = self.final_pending
-            seq = self.session.next_seq(time.monotonic())
-            await self._forward(RealtimeAudio(session_id=self.session_id, seq=seq,
-                                              gateway_id=self.hub.gateway_id, pcm=pcm,
-                                              final=final, origin=self.origin))
+            record = RealtimeAudio(session_id=self.session_id,
+                                   seq=self.session.next_seq(time.monotonic()),
+                                   gateway_id=self.hub.gateway_id, pcm=pcm, final=final,
+                                   origin=self.origin)
+            self.kept.append(record)
+            async with self.forwarding:
+                await self._forward(record)
             if final:
-                while self.unacked:
-                    await self._settle_oldest()
+                async with self.forwarding:
+                    while self.unacked:
+                        await self._settle_oldest()
                 return
 
     async def _forward(self, record: RealtimeAudio) -> None:
@@ -317,6 +328,18 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         self.unacked.append((record, await self._patiently(lambda: self.hub.enqueue(record))))
         while self.unacked and self.unacked[0][1].done():
             await self._settle_oldest()
+
+    async def _resend(self, first: int) -> None:
+        """Publish again, in order, the kept records from ``first`` on: the worker lacks
+        ``first`` (a broker that lost an acknowledged record) and drops what it has."""
+        async with self.forwarding:
+            records = [record for record in self.kept if record.seq >= first]
+            if records:
+                log.info("realtime: session %s: records %d-%d not acknowledged by the worker "
+                         "for %g s; published again", self.session_id, records[0].seq,
+                         records[-1].seq, self.opts.resend_after_s)
+            for record in records:
+                await self._forward(record)
 
     async def _settle_oldest(self) -> None:
         """Wait for the oldest record's acknowledgement. When the producer gave it up (the
@@ -385,6 +408,9 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         while self.state is not State.closed:
             await asyncio.sleep(WATCH_INTERVAL_S)
             now = time.monotonic()
+            first = self.session.resend_due(now)
+            if first is not None:
+                self._spawn(self._resend(first))
             error = self.session.overdue(now)
             if error is not None:
                 stalled = error.code is Code.a5sv2_unavailable

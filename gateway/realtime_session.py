@@ -11,8 +11,9 @@ Rules kept here: the first message must be a valid ``start`` (within ``start_tim
 English only, ``a5sv2`` only; only ``ping`` and ``finish`` follow; audio only once ready,
 in non-empty, even frames of at most ``max_frame_bytes``, no faster than real time beyond
 a ``burst_ms`` burst; audio past the session limit is cut and ends the session; audio after
-``finish`` is ignored; ``idle_timeout_s`` without a message ends a ready session; a worker
-that leaves audio unacknowledged for ``stall_timeout_s`` ends it too; after a worker took
+``finish`` is ignored; ``idle_timeout_s`` without a message ends a ready session; audio the
+worker leaves unacknowledged for ``resend_after_s`` is sent again (from the first record it
+lacks), and for ``stall_timeout_s`` ends the session; after a worker took
 the session over, a transcript showing fewer words than the client has seen is held back
 until one catches up (the text on screen never loses what it showed).
 """
@@ -111,6 +112,7 @@ class StreamSession:
         self._tokens_at = now
         self.seq = 0
         self._unacked: deque[tuple[int, float]] = deque()
+        self._resent_at = 0.0
         self.was_ready = False
         self._shown = 0                     # words of the last transcript sent
         self._catching_up = False
@@ -233,6 +235,22 @@ class StreamSession:
         """The worker has every record up to ``seq``."""
         while self._unacked and self._unacked[0][0] <= seq:
             self._unacked.popleft()
+
+    def resend_due(self, now: float) -> int | None:
+        """The first record to publish again (with every one after it), if the worker has
+        not acknowledged it for ``resend_after_s`` since it, or its last resend, went out.
+
+        The worker takes a session's records only in order, so one the broker lost after
+        acknowledging it would otherwise hold the session until the stall check ends it.
+        """
+        if not self._unacked or self.state not in (SessionState.ready,
+                                                   SessionState.finishing):
+            return None
+        seq, sent = self._unacked[0]
+        if now - max(sent, self._resent_at) < self.opts.resend_after_s:
+            return None
+        self._resent_at = now
+        return seq
 
     # --- transcripts --------------------------------------------------------------------------
 

@@ -153,6 +153,11 @@ class RealtimeSettings(BaseModel):
     stall_timeout_s: float = 15.0
     """Audio sent this long ago without word from the worker ends the session with
     ``provider_error`` and ``a5sv2_unavailable``."""
+    resend_after_s: float = 3.0
+    """Audio the worker has not acknowledged this long (it acknowledges about once a
+    second) is published again, with every record after it: a record the broker
+    acknowledged and then lost (a broker killed before its log reached the disk) leaves a
+    gap the worker will not decode past. Duplicates are dropped by the worker."""
     finish_timeout_s: float = 30.0
     """How long ``finish`` waits for the final transcript."""
     lease_ttl_s: float = 30.0

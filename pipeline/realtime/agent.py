@@ -12,7 +12,9 @@ live audio needs a fetch wait of milliseconds (``realtime.fetch_max_wait_ms``).
 
 The models load when the first session arrives (the gateway shows ``provider_status``
 meanwhile). Per session, records are taken in ``seq`` order; a replayed record (at-least-once
-delivery) has a ``seq`` already seen and is dropped. Record 0 opens the session (it
+delivery) has a ``seq`` already seen and is dropped, and one past a gap (a record the broker
+lost) is dropped too: the acknowledgements stop before the gap, and the gateway publishes
+the records again from there (``realtime.resend_after_s``). Record 0 opens the session (it
 carries the vocabulary and no audio; the gateway repeats it until answered), a record
 with ``final`` ends it. A session whose gateway went silent is dropped after
 ``realtime.worker_orphan_s``.
@@ -127,6 +129,8 @@ class _Live:
     """When the last checkpoint was written (monotonic): the first final makes one."""
     replay: tuple[int, int] | None = None
     """Offsets ``[origin, until)`` of the partition to replay before the live records."""
+    missing: int = 0
+    """The record last found missing (logged once; later records wait for it)."""
     moved: bool = False
     """Dropped because its partition went to another worker (which takes it over; if the
     partition comes back, this worker takes it over again)."""
@@ -261,9 +265,16 @@ class RealtimeAgent:
             await self._open(partition, record, timestamp_ms, offset)
             return
         live.last_record = time.monotonic()
-        if record.seq > live.queued:  # a lower one is a replay of a record already taken
+        if record.seq == live.queued + 1:  # a lower one is a replay of a record already taken
             live.queued = record.seq
             live.inbox.put_nowait((record, offset))
+        elif record.seq > live.queued + 1 and live.missing != live.queued + 1:
+            # One before it never came (a broker that lost an acknowledged record): taking
+            # this one would decode the gap as silence. The acknowledgements stay at
+            # ``queued``, so the gateway publishes the rest again from the missing one.
+            live.missing = live.queued + 1
+            log.warning("realtime: session %s: record %d missing (record %d came); waiting "
+                        "for it to be sent again", record.session_id, live.missing, record.seq)
 
     async def _open(self, partition: int, record: RealtimeAudio, timestamp_ms: int,
                     offset: int) -> None:

@@ -203,6 +203,25 @@ def test_a_silent_worker_ends_the_session_with_1013() -> None:
     assert s.overdue(1.1 + OPTS.stall_timeout_s + 0.1) is None
 
 
+def test_audio_the_worker_lacks_is_sent_again_from_the_first_record_it_lacks() -> None:
+    s = ready_session()
+    after = OPTS.resend_after_s
+    for n in range(4):
+        s.next_seq(1.0 + n * 0.1)                # records 1-4
+    s.acknowledged(1)                            # record 2 never reached the worker
+    assert s.resend_due(1.1 + after - 0.05) is None
+    assert s.resend_due(1.1 + after + 0.05) == 2
+    assert s.resend_due(1.1 + after + 0.1) is None      # not again at once ...
+    assert s.resend_due(1.1 + 2 * after + 0.1) == 2      # ... but after as long again
+    s.acknowledged(4)
+    assert s.resend_due(100.0) is None
+    s.next_seq(101.0)
+    s.begin_finish()
+    assert s.resend_due(101.0 + after + 0.1) == 5        # the final record too
+    s.close()
+    assert s.resend_due(200.0) is None
+
+
 def test_ready_after_the_session_ended_is_refused() -> None:
     s = StreamSession(OPTS, 0)
     s.text(start(), 0)
