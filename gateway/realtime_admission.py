@@ -60,7 +60,7 @@ class StreamAdmission:
         """
         account = principal.account
         quota_ms = int(account.usage_limit_seconds * 1000)
-        given = await self.ctx.redis.admit_session(
+        given, used_ms = await self.ctx.redis.admit_session(
             account.id, session_id, places=account.max_concurrent_sessions, quota_ms=quota_ms,
             cap_ms=int(min(account.max_session_seconds, self.opts.max_session_s) * 1000),
             ttl_s=self.opts.lease_ttl_s)
@@ -72,7 +72,6 @@ class StreamAdmission:
                               f"At most {account.max_concurrent_sessions} streaming sessions "
                               "may be live at once.")
         self.ctx.metrics.live_sessions.inc()
-        used_ms = int(float((await self.ctx.redis.ledger(account.id))["used"]) * 1000)
         return Admitted(given, quota_ms, used_ms)
 
     async def opened(self, principal: Principal, session_id: str, limit_ms: int) -> None:

@@ -55,11 +55,13 @@ if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3]); return 1
 """
 
+assert LIVE_HOLDS.ttl_s is not None   # declared with one: a hold must not outlive its use
+_HOLDS_TTL_MS = int(LIVE_HOLDS.ttl_s * 1000)
 # A live session's admission: its lease and the usage it is given, in one step, so that
 # sessions admitted at once (by any gateway) each see the others' holds. A hold counts here
 # until the accounts agent's ledger snapshot lists the session (its `reserved` has it
-# then); holds of sessions whose lease is gone are dropped. Returns the ms given, 0 when no
-# usage is left, -1 when every place is taken.
+# then); holds of sessions whose lease is gone are dropped. Returns {the ms given (0 when no
+# usage is left, -1 when every place is taken), the ledger's `used` in ms}.
 _ADMIT = """
 local now = tonumber(ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
@@ -80,13 +82,14 @@ for i = 1, #holds, 2 do
   elseif not known[holds[i]] then pending = pending + tonumber(holds[i + 1]) end
 end
 local free = tonumber(ARGV[5]) - math.floor((used + reserved) * 1000 + 0.5) - pending
-if free <= 0 then return 0 end
-if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return -1 end
+local used_ms = math.floor(used * 1000 + 0.5)
+if free <= 0 then return {0, used_ms} end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return {-1, used_ms} end
 local given = math.min(tonumber(ARGV[6]), free)
 redis.call('ZADD', KEYS[1], ARGV[4], ARGV[3])
 redis.call('HSET', KEYS[2], ARGV[3], given)
 redis.call('PEXPIRE', KEYS[2], ARGV[7])
-return given
+return {given, used_ms}
 """
 
 # The read model of a transcript: one hash per id, {run, pending, version, row, result,
@@ -283,23 +286,24 @@ class RedisStore:
                                           args=[now, limit, session_id, now + ttl_s]))
 
     async def admit_session(self, account_id: str, session_id: str, *, places: int,
-                            quota_ms: int, cap_ms: int, ttl_s: float = 30.0) -> int:
+                            quota_ms: int, cap_ms: int, ttl_s: float = 30.0
+                            ) -> tuple[int, int]:
         """Lease a place for a live session and give it usage, atomically.
 
         The usage left is the quota less the ledger's ``used`` and ``reserved`` and less
         the holds of other leased sessions the ledger does not list yet (see ``_ADMIT``).
 
         Returns:
-            the ms given (at most ``cap_ms``); 0 when no usage is left; -1 when ``places``
-            sessions already hold a lease.
+            the ms given (at most ``cap_ms``; 0 when no usage is left; -1 when ``places``
+            sessions already hold a lease), and the ledger's ``used`` ms it was read with.
         """
         now = time.time()
         async with map_redis_errors():
-            return int(await self._admit(
+            given, used_ms = await self._admit(
                 keys=[self.k(*LIVE.key(account_id)), self.k(*LIVE_HOLDS.key(account_id)),
                       self.k(*LEDGER.key(account_id))],
-                args=[now, places, session_id, now + ttl_s, quota_ms, cap_ms,
-                      int((LIVE_HOLDS.ttl_s or 3600) * 1000)]))
+                args=[now, places, session_id, now + ttl_s, quota_ms, cap_ms, _HOLDS_TTL_MS])
+        return int(given), int(used_ms)
 
     async def release_session(self, account_id: str, session_id: str) -> None:
         async with map_redis_errors():

@@ -376,7 +376,20 @@ def test_session_limit_then_final_and_finished(rt: Stack) -> None:
             assert kinds[-2] == "transcript" and messages[-2]["is_final"], messages
             assert messages[-1]["audio_ms"] == 2000 and messages[-1]["billed_ms"] == 2000
             assert ws.close_code == 1000
+
+    async def again() -> None:   # the next session's ready says what the ledger counted
+        async with connect(rt, key) as ws:
+            assert (await ready(ws))["used_ms"] == 2000
+            await ws.send(json.dumps({"type": "finish"}))
+            await until(ws, "finished")
+
     run(go())
+    with rt.client(key) as http:
+        deadline = time.monotonic() + 30
+        while http.get("/v1/account").json()["usage_limit"]["used_seconds"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.3)
+    run(again())
 
 
 def test_usage_used_up(rt: Stack) -> None:

@@ -209,7 +209,7 @@ async def test_lost_holds_are_freed_and_only_holding_accounts_are_read(valkey: s
                                                at=later))]
         table["acct_c"] = opened("acct_c", "s_live")
         assert await store.admit_session("acct_c", "s_live", places=5, quota_ms=600_000,
-                                         cap_ms=60_000) == 60_000
+                                         cap_ms=60_000) == (60_000, 0)
         reconciler.held("acct_c", True)   # what the accounts agent reports after each event
         reconciler.held("acct_a", False)
         asked.clear()

@@ -60,36 +60,36 @@ async def test_sessions_admitted_at_once_share_the_usage_left(store: RedisStore)
     """Twelve admissions at once against 400 s left: the places and the usage are shared
     out, never given twice, however the calls interleave."""
     await store.set_ledger("acct", {"used": 50.0, "reserved": 50.0, "live": []})
-    given = await asyncio.gather(*(store.admit_session("acct", f"s{i}", places=5,
-                                                       quota_ms=500_000, cap_ms=300_000)
-                                   for i in range(12)))
+    given = [g for g, _ in await asyncio.gather(*(
+        store.admit_session("acct", f"s{i}", places=5, quota_ms=500_000, cap_ms=300_000)
+        for i in range(12)))]
     assert sorted(given, reverse=True)[:2] == [300_000, 100_000] and given.count(0) == 10
     assert await store.live_sessions("acct") == 2
     # with usage to spare, the places are what runs out
-    given = await asyncio.gather(*(store.admit_session("big", f"s{i}", places=5,
-                                                       quota_ms=10**9, cap_ms=300_000)
-                                   for i in range(12)))
+    given = [g for g, _ in await asyncio.gather(*(
+        store.admit_session("big", f"s{i}", places=5, quota_ms=10**9, cap_ms=300_000)
+        for i in range(12)))]
     assert given.count(300_000) == 5 and given.count(-1) == 7
 
 
 async def test_a_hold_counts_until_the_ledger_lists_it_and_goes_with_its_lease(
         store: RedisStore) -> None:
     assert await store.admit_session("acct", "a", places=5, quota_ms=400_000,
-                                     cap_ms=300_000) == 300_000
+                                     cap_ms=300_000) == (300_000, 0)
     assert await store.admit_session("acct", "b", places=5, quota_ms=400_000,
-                                     cap_ms=300_000) == 100_000
+                                     cap_ms=300_000) == (100_000, 0)
     await store.release_session("acct", "b")
     # the agent now holds "a" itself: its hold is in the ledger's reserved, not counted twice
-    await store.set_ledger("acct", {"used": 0.0, "reserved": 300.0, "live": ["a"]})
+    await store.set_ledger("acct", {"used": 12.5, "reserved": 287.5, "live": ["a"]})
     assert await store.admit_session("acct", "c", places=5, quota_ms=400_000,
-                                     cap_ms=300_000) == 100_000
+                                     cap_ms=300_000) == (100_000, 12_500)
     # a snapshot from before the field (no "live"): every leased hold counts
     await store.set_ledger("acct", {"used": 0.0, "reserved": 0.0})
     assert await store.admit_session("acct", "d", places=5, quota_ms=400_000,
-                                     cap_ms=300_000) == 0
+                                     cap_ms=300_000) == (0, 0)
     # an expired lease takes its hold with it
     assert await store.admit_session("acct2", "e", places=5, quota_ms=10_000, cap_ms=8_000,
-                                     ttl_s=0.3) == 8_000
+                                     ttl_s=0.3) == (8_000, 0)
     await asyncio.sleep(0.5)
     assert await store.admit_session("acct2", "f", places=5, quota_ms=10_000,
-                                     cap_ms=8_000) == 8_000
+                                     cap_ms=8_000) == (8_000, 0)
