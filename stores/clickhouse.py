@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import date, datetime
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -48,6 +49,25 @@ def map_clickhouse_errors() -> Iterator[None]:
         raise InternalError(log=f"clickhouse: {exc}") from exc
 
 
+def _insert_statement(table: str, names: Sequence[str]) -> str:
+    """The rows travel in the statement, as JSON: with chdb, clickhouse-connect's own
+    insert writes them to a temporary file for ``INSERT ... FROM INFILE``, which cost
+    about 2 ms more of CPU per insert (7.3 against 5.4 ms for one row)."""
+    columns = ", ".join(f"`{n}`" for n in names)
+    return (f"INSERT INTO {table} ({columns}) SETTINGS date_time_input_format='best_effort' "
+            "FORMAT JSONCompactEachRow")
+
+
+def _json_rows(data: Sequence[Sequence[Any]]) -> str:
+    return "\n".join(json.dumps(row, ensure_ascii=False, default=_json_value) for row in data)
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    raise TypeError(f"a {type(value).__name__} is not a ClickHouse column value")
+
+
 class _PendingInsert:
     """Rows for one table and column list, gathered until the ClickHouse thread takes them."""
 
@@ -66,7 +86,6 @@ class ClickHouse:
         self._client: Any = None
         self._pending: dict[tuple[int, str, tuple[str, ...]], _PendingInsert] = {}
         self._pending_lock = threading.Lock()
-        self._insert_contexts: dict[tuple[str, tuple[str, ...]], Any] = {}
         self.inserts = 0
         """Insert statements run (several callers' rows may share one)."""
         self.queries = 0
@@ -174,15 +193,8 @@ class ClickHouse:
             if self._pending.get(key) is pending:
                 del self._pending[key]
         self.inserts += 1
-        context = self._insert_contexts.get(key[1:])
-        if context is None:  # the column types are asked for once, not before every insert
-            context = self._insert_contexts[key[1:]] = client.create_insert_context(
-                self.table(key[1]), column_names=list(key[2]))
-        context.data = pending.data
-        try:
-            client.insert(context=context)
-        finally:
-            context.data = None
+        _, table, names = key
+        client.command(_insert_statement(self.table(table), names), data=_json_rows(pending.data))
 
     async def ping(self) -> float:
         started = time.perf_counter()

@@ -103,7 +103,7 @@ async def main():
         failed = False
     except Exception:
         failed = True
-    await one(40)  # alone, after the batch: the table's insert context is used again
+    await one(40)  # alone, after the batch
     total = (await ch.query("SELECT count() AS n FROM {db}.usage_events"))[0]["n"]
     threads = (await ch.query("SELECT value FROM system.settings WHERE name = 'max_threads'"))
     print(json.dumps({"statements": ch.inserts - before, "seen": seen, "total": total,
@@ -120,3 +120,38 @@ def test_concurrent_inserts_share_statements_and_each_caller_reads_its_row(
     assert out["statements"] < 41, out  # rows that waited for the thread went in together
     assert out["failed"], "an insert that fails raises in its caller"
     assert out["max_threads"] == "1"  # the embedded engine runs each statement on one thread
+
+
+VALUES = """
+import asyncio, json, sys
+from datetime import UTC, datetime
+from stores.clickhouse import ClickHouse
+from stores.transcripts import Transcripts
+from schemas.rows import TranscriptRow
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    row = TranscriptRow(
+        id="tr_v", account_id="acct_1", key_id="k", status="completed",
+        created_at=datetime(2026, 11, 27, 21, 5, 9, 123000, tzinfo=UTC),
+        completed_at=datetime(2026, 11, 27, 23, 59, 59, 999000, tzinfo=UTC),
+        audio_url="https://example.com/a.wav?x='1'&y=\\"2\\"",
+        metadata=json.dumps({"k": "it's {not} a \\"format\\"\\n\\\\ ü 😀"}),
+        audio_duration=1 / 3, webhook_status_code=None, error_message="Ünïcode — fine\\n2nd line",
+        version=30_000_001_234_567)
+    await Transcripts(ch).insert(row)
+    back = await Transcripts(ch).get("tr_v", "acct_1")
+    print(json.dumps({"sent": row.model_dump(mode="json"), "back": back.model_dump(mode="json")}))
+    await ch.close()
+asyncio.run(main())
+"""
+
+
+def test_every_kind_of_value_comes_back_as_it_was_written(tmp_path: Path) -> None:
+    """Rows travel to ClickHouse as JSON in the statement: quotes, braces, backslashes,
+    new lines, non-ASCII text, NULLs, float digits and times come back unchanged."""
+    out = _run(VALUES, tmp_path / "clickhouse")
+    sent, back = out["sent"], out["back"]
+    assert {k: back[k] for k in sent if k != "version"} == \
+        {k: v for k, v in sent.items() if k != "version"}
+    assert "😀" in json.loads(back["metadata"])["k"] and back["audio_duration"] == 1 / 3
