@@ -113,9 +113,6 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         """Offset of the session's opening record, for a worker that takes it over."""
         self.unacked: deque[tuple[RealtimeAudio, asyncio.Future[int]]] = deque()
         """Audio records handed to the producer, oldest first, not yet acknowledged."""
-        self.kept: deque[RealtimeAudio] = deque()
-        """Audio records the worker has not acknowledged yet, oldest first: sent again from
-        the first it lacks (``StreamSession.resend_due``)."""
         self.forwarding = asyncio.Lock()
         """Held while records are handed to the producer, so a resend keeps them in order."""
 
@@ -231,8 +228,6 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
 
     def _on_worker(self, message: RealtimeMessage) -> None:
         self.session.acknowledged(message.seq)
-        while self.kept and self.kept[0].seq <= message.seq:
-            self.kept.popleft()
         if message.type == "provider_error":
             self._fail(StreamError(Code.a5sv2_unavailable, "The recognizer failed; start a new "
                                    "session."), provider=message.text or "recognition failed")
@@ -307,11 +302,10 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
                 continue
             pcm, self.buffer = bytes(self.buffer), bytearray()
             final = self.final_pending
-            record = RealtimeAudio(session_id=self.session_id,
-                                   seq=self.session.next_seq(time.monotonic()),
+            record = RealtimeAudio(session_id=self.session_id, seq=self.session.next_seq(),
                                    gateway_id=self.hub.gateway_id, pcm=pcm, final=final,
                                    origin=self.origin)
-            self.kept.append(record)
+            self.session.sent(record, time.monotonic())
             async with self.forwarding:
                 await self._forward(record)
             if final:
@@ -330,10 +324,10 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
             await self._settle_oldest()
 
     async def _resend(self, first: int) -> None:
-        """Publish again, in order, the kept records from ``first`` on: the worker lacks
-        ``first`` (a broker that lost an acknowledged record) and drops what it has."""
+        """Publish again, in order, the unacknowledged records from ``first`` on: the worker
+        lacks ``first`` (a broker that lost an acknowledged record) and drops what it has."""
         async with self.forwarding:
-            records = [record for record in self.kept if record.seq >= first]
+            records = self.session.unacknowledged(first)
             if records:
                 log.info("realtime: session %s: records %d-%d not acknowledged by the worker "
                          "for %g s; published again", self.session_id, records[0].seq,

@@ -30,6 +30,7 @@ from pydantic import ValidationError
 from schemas.api import ENGLISH_VARIANTS
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.realtime import CLIENT_MESSAGES, PROVIDER, Finish, Ping, Start
+from schemas.records import RealtimeAudio
 from schemas.settings import RealtimeSettings
 
 from .base import validation_param
@@ -111,7 +112,8 @@ class StreamSession:
         self._tokens_ms = 0.0
         self._tokens_at = now
         self.seq = 0
-        self._unacked: deque[tuple[int, float]] = deque()
+        self._unacked: deque[tuple[RealtimeAudio, float]] = deque()
+        """Audio records the worker has not acknowledged, oldest first, with when each went."""
         self._resent_at = 0.0
         self.was_ready = False
         self._shown = 0                     # words of the last transcript sent
@@ -225,16 +227,23 @@ class StreamSession:
 
     # --- the worker's acknowledgements --------------------------------------------------------
 
-    def next_seq(self, now: float) -> int:
-        """Number an audio record about to be sent; it awaits the worker's acknowledgement."""
+    def next_seq(self) -> int:
+        """Number the next audio record."""
         self.seq += 1
-        self._unacked.append((self.seq, now))
         return self.seq
+
+    def sent(self, record: RealtimeAudio, now: float) -> None:
+        """``record`` is on its way: kept until the worker acknowledges it."""
+        self._unacked.append((record, now))
 
     def acknowledged(self, seq: int) -> None:
         """The worker has every record up to ``seq``."""
-        while self._unacked and self._unacked[0][0] <= seq:
+        while self._unacked and self._unacked[0][0].seq <= seq:
             self._unacked.popleft()
+
+    def unacknowledged(self, first: int = 0) -> list[RealtimeAudio]:
+        """The records from ``first`` on that the worker has not acknowledged, in order."""
+        return [record for record, _ in self._unacked if record.seq >= first]
 
     def resend_due(self, now: float) -> int | None:
         """The first record to publish again (with every one after it), if the worker has
@@ -246,11 +255,11 @@ class StreamSession:
         if not self._unacked or self.state not in (SessionState.ready,
                                                    SessionState.finishing):
             return None
-        seq, sent = self._unacked[0]
+        record, sent = self._unacked[0]
         if now - max(sent, self._resent_at) < self.opts.resend_after_s:
             return None
         self._resent_at = now
-        return seq
+        return record.seq
 
     # --- transcripts --------------------------------------------------------------------------
 

@@ -78,4 +78,4 @@ def test_a_lost_record_and_those_after_it_are_sent_again_until_the_worker_has_th
     assert last >= 3
     assert hub.published == list(range(1, last + 1)) + list(range(2, last + 1))
     assert hub.taken == last and hub.final_taken
-    assert not handler.kept, "acknowledged records are not kept"
+    assert not handler.session.unacknowledged(), "acknowledged records are not kept"

@@ -15,6 +15,7 @@ import pytest
 from gateway.realtime_session import (BYTES_PER_MS, Reply, SessionState, StreamSession,
                                       language_tag)
 from schemas.errors import StreamError, StreamErrorCode as Code
+from schemas.records import RealtimeAudio
 from schemas.settings import RealtimeSettings
 
 OPTS = RealtimeSettings()
@@ -30,6 +31,10 @@ def ready_session(now: float = 0.0, limit_ms: int = 300_000) -> StreamSession:
     assert s.text(start(), now) is Reply.start
     assert s.ready(limit_ms, now)
     return s
+
+
+def send(s: StreamSession, now: float) -> None:
+    s.sent(RealtimeAudio(session_id="s", seq=s.next_seq(), gateway_id="gw"), now)
 
 
 def code_of(call) -> Code:
@@ -192,8 +197,8 @@ def test_idle_deadline_is_reset_by_any_message() -> None:
 
 def test_a_silent_worker_ends_the_session_with_1013() -> None:
     s = ready_session()
-    s.next_seq(1.0)
-    s.next_seq(1.1)
+    send(s, 1.0)
+    send(s, 1.1)
     assert s.overdue(1.0 + OPTS.stall_timeout_s - 0.1) is None
     s.acknowledged(1)
     assert s.overdue(1.05 + OPTS.stall_timeout_s) is None
@@ -207,15 +212,16 @@ def test_audio_the_worker_lacks_is_sent_again_from_the_first_record_it_lacks() -
     s = ready_session()
     after = OPTS.resend_after_s
     for n in range(4):
-        s.next_seq(1.0 + n * 0.1)                # records 1-4
+        send(s, 1.0 + n * 0.1)                   # records 1-4
     s.acknowledged(1)                            # record 2 never reached the worker
     assert s.resend_due(1.1 + after - 0.05) is None
     assert s.resend_due(1.1 + after + 0.05) == 2
+    assert [r.seq for r in s.unacknowledged(2)] == [2, 3, 4]
     assert s.resend_due(1.1 + after + 0.1) is None      # not again at once ...
     assert s.resend_due(1.1 + 2 * after + 0.1) == 2      # ... but after as long again
     s.acknowledged(4)
     assert s.resend_due(100.0) is None
-    s.next_seq(101.0)
+    send(s, 101.0)
     s.begin_finish()
     assert s.resend_due(101.0 + after + 0.1) == 5        # the final record too
     s.close()
