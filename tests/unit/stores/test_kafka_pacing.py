@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import math
+import threading
+import time
 
-from stores.kafka import _pause
+from stores.kafka import _WAKEUPS, _pause
 
 
 def test_live_consumers_poll_fast_while_records_flow_and_slowly_when_long_idle() -> None:
@@ -18,3 +21,31 @@ def test_live_consumers_poll_fast_while_records_flow_and_slowly_when_long_idle()
     assert pause(True, math.inf) == math.inf  # never a record since it started
     # the others pause alike whenever their fetch was empty
     assert pause(False, 0.5) == pause(False, 60.0) == pause(False, math.inf) == 0.05
+
+
+def _paused_on_a_thread(partitions: frozenset[tuple[str, int]]) -> threading.Thread:
+    """A consumer thread's own event loop paused for 30 s, as Faust's consumer pauses."""
+    thread = threading.Thread(target=lambda: asyncio.run(
+        _WAKEUPS.pause(30.0, partitions, since=time.monotonic())), daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_record_produced_here_wakes_a_paused_consumer_on_another_loop() -> None:
+    thread = _paused_on_a_thread(frozenset({("wake-a", 0), ("wake-a", 1)}))
+    time.sleep(0.3)
+    _WAKEUPS.produced("wake-b", 0)  # another topic
+    _WAKEUPS.produced("wake-a", 2)  # another partition of the topic
+    thread.join(0.5)
+    assert thread.is_alive()
+    _WAKEUPS.produced("wake-a", 1)
+    thread.join(5.0)
+    assert not thread.is_alive()
+
+
+def test_a_record_produced_while_the_empty_fetch_came_back_skips_the_pause() -> None:
+    fetched = time.monotonic()
+    _WAKEUPS.produced("wake-c", 3)
+    started = time.monotonic()
+    asyncio.run(_WAKEUPS.pause(30.0, frozenset({("wake-c", 3)}), since=fetched))
+    assert time.monotonic() - started < 5.0
