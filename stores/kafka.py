@@ -264,8 +264,9 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
     the gateway and the agents that write a topic share a process with the agent that reads
     it, and a hop costs no pause. ``pause_s`` bounds what a record written by another
     process (an extra worker, a client) waits. With a 50 ms pause and no wake-up, a lone
-    2.9 s job took 0.71 s from submission to completion (median of 5), polling cost an idle
-    service 50 ms of CPU a second; woken, with 250 ms, 0.34 s and 30 ms.
+    2.9 s job took 0.73 s from submission to completion and an idle service used 57 ms of
+    CPU a second; woken, with 250 ms, 0.46 s and 33 ms (``python -m bench.lone``). The live
+    consumers are not woken: on every 60 ms audio record that cost more than it saved.
 
     A live consumer (:data:`LIVE_CLIENT`) that received a record in the last
     ``live_busy_s`` pauses at most ``live_pause_s``: with 50 ms, each of the two hops of
