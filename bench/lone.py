@@ -18,8 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.pipeline import DEFAULT_EVAL, _proc_cpu, _warm, run_probes
-from ops.procstat import pid_of
+from bench.pipeline import DEFAULT_EVAL, run_probes, warm_up
+from ops.procstat import cpu_seconds, pid_of
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,14 +40,14 @@ def main(argv: list[str] | None = None) -> None:
         try:
             key = stack.new_account()[1]
             base_url = stack.url("")
-            _warm(base_url, key, server.url("real/whisper/jfk.flac"))
+            warm_up(base_url, key, server.url("real/whisper/jfk.flac"))
             time.sleep(10)  # the warm-up job's webhook scan, merges and commits settle
             pid = pid_of(stack.data_dir / "run", "service")
             if pid is None:
                 raise SystemExit("the stack wrote no service pid")
-            before = _proc_cpu(pid)
+            before = cpu_seconds(pid) or 0.0
             time.sleep(args.idle_s)
-            idle = (_proc_cpu(pid) - before) / args.idle_s
+            idle = ((cpu_seconds(pid) or 0.0) - before) / args.idle_s
             print(f"idle service: {idle * 1000:.1f} ms of CPU a second ({args.idle_s:g} s)")
             times: dict[str, list[float]] = {}
             for _ in range(args.repeat):

@@ -56,7 +56,7 @@ import jiwer
 from bench.asr import DEFAULT_EVAL
 from evaluation.items import choose_items
 from evaluation.text import normalized, plain_words
-from ops.procstat import Demand, pid_of, stack_cpu, unwanted_core_seconds
+from ops.procstat import Demand, cpu_seconds, pid_of, stack_cpu, unwanted_core_seconds
 from stores.process import single_threaded_blas
 
 __all__ = ["main", "choose_items"]
@@ -263,10 +263,10 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
     try:
         bare_pass(engines, eval_dir, paths[:1])  # warm-up
         for n in range(repeat):
-            cpu0 = _proc_cpu(service_pid) if service_pid else 0.0
+            cpu0 = (cpu_seconds(service_pid) or 0.0) if service_pid else 0.0
             threads0 = thread_cpu(service_pid) if service_pid else {}
             jobs, wall = run_service(base_url, keys, audio_url, items, timeout_s)
-            service_cpu = (_proc_cpu(service_pid) - cpu0) if service_pid else 0.0
+            service_cpu = ((cpu_seconds(service_pid) or 0.0) - cpu0) if service_pid else 0.0
             if service_pid:
                 print("  service CPU per thread group, ms per job: " + _per_job(
                     by_thread_name({k: v - threads0.get(k, 0.0)
@@ -306,12 +306,6 @@ def _per_job(threads: dict[str, float], jobs: int) -> str:
     beside = sum(threads.values()) - models
     return (f"{named}; beside the models {beside / jobs * 1000:.0f} ms, "
             f"{beside / models:.1%} of the models' threads' {models / jobs * 1000:.0f} ms")
-
-
-def _proc_cpu(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
@@ -422,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
             print(f"stack up in {time.monotonic() - t0:.1f} s ({data})")
             keys = [stack.new_account()[1] for _ in range(max(1, args.accounts))]
             base_url = stack.url("")
-            _warm(base_url, keys[0], server.url("real/whisper/jfk.flac"))
+            warm_up(base_url, keys[0], server.url("real/whisper/jfk.flac"))
         run_dir = stack.data_dir / "run" if stack is not None else None
         if args.repeat > 1:
             run_pairs(base_url, keys, server.url, items, args.eval, args.model, args.timeout,
@@ -549,7 +543,7 @@ def by_thread_name(cpu: dict[tuple[int, str], float], names: dict[int, str]) -> 
     return out
 
 
-def _warm(base_url: str, key: str, url: str) -> None:
+def warm_up(base_url: str, key: str, url: str) -> None:
     """One job first, so model loading is not timed (the bare run is timed warm too)."""
     with httpx.Client(base_url=base_url, timeout=60,
                       headers={"Authorization": f"Bearer {key}"}) as client:
