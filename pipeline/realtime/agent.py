@@ -92,10 +92,14 @@ def engine_options(settings: Settings) -> EngineOptions:
     tiny.en's greedy final-decode CPU. tiny.en finals keep the recognizer's own beam of 3
     (7.77%; beam 5 7.96%), greedy above ``wide_beam_sessions``. The switch is
     ``A5S_MODELS__STREAMING_FINAL=base``, for machines with cores to spare: its finals keep
-    the beam however many sessions are open.
+    the beam however many sessions are open. ``realtime.early_pad_ms`` switches on the
+    early speculative decode.
     """
     m = settings.models
     options = EngineOptions(max_sessions=settings.realtime.worker_max_sessions)
+    vad = options.recognizer.vad.model_copy(update={"early_pad_ms": settings.realtime.early_pad_ms})
+    options = options.model_copy(update={
+        "recognizer": options.recognizer.model_copy(update={"vad": vad})})
     if m.streaming_final == m.streaming_partial:
         return options
     rec = options.recognizer

@@ -429,6 +429,16 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
     assert own.recognizer.vad == same.recognizer.vad
 
 
+def test_the_early_decode_is_an_operator_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0      # off by default
+    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "64")
+    settings = Settings()
+    assert engine_options(settings).recognizer.vad.early_pad_ms == 64
+    models = settings.models.model_copy(update={"streaming_final": "base"})
+    own = engine_options(settings.model_copy(update={"models": models}))
+    assert own.recognizer.vad.early_pad_ms == 64 and own.recognizer.decode.beam_size == 5
+
+
 def test_partials_take_at_most_their_duty_of_a_thread() -> None:
     assert partial_rest(0.2, 0.5) == pytest.approx(0.2)
     assert partial_rest(0.3, 0.25) == pytest.approx(0.9)
