@@ -97,9 +97,9 @@ def engine_options(settings: Settings) -> EngineOptions:
     """
     m = settings.models
     options = EngineOptions(max_sessions=settings.realtime.worker_max_sessions)
-    vad = options.recognizer.vad.model_copy(update={"early_pad_ms": settings.realtime.early_pad_ms})
-    options = options.model_copy(update={
-        "recognizer": options.recognizer.model_copy(update={"vad": vad})})
+    rec = options.recognizer
+    vad = rec.vad.model_copy(update={"early_pad_ms": settings.realtime.early_pad_ms})
+    options = options.model_copy(update={"recognizer": rec.model_copy(update={"vad": vad})})
     if m.streaming_final == m.streaming_partial:
         return options
     rec = options.recognizer

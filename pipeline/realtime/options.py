@@ -44,7 +44,8 @@ class VadOptions(BaseModel):
         "no decode waits for the padding. 64 ms: engine final p50 0.33 -> 0.24 s on an idle "
         "core, the same WER, +1.4% of a core per session in decodes discarded when speech "
         "resumes; off by default, since 5 sessions on 2 busy cores got no faster with it "
-        "(final p50 0.56 s against 0.53 s, 14% more engine CPU)."))
+        "(final p50 0.56 s against 0.53 s, 14% more engine CPU). The service's setting: "
+        "``realtime.early_pad_ms``."))
     quiet_probability: float = Field(0.1, gt=0, lt=1, description=(
         "See ``early_pad_ms``: the soft end of \"Americans\" in jfk.flac scored 0.12."))
     start_pad_ms: int = Field(200, ge=0, description=(
