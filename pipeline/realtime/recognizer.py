@@ -357,12 +357,12 @@ class SessionRecognizer:
         """Decode options for requests of ``kind``."""
         return self._opts.partial_decode if kind is DecodeKind.PARTIAL else self._opts.decode
 
-    def take(self, kind: DecodeKind) -> DecodeRequest | None:
+    def take(self, kind: DecodeKind, *, early: bool = True) -> DecodeRequest | None:
         """The next request of ``kind`` if one is wanted now (see the ``take_*`` methods)."""
         if kind is DecodeKind.FINAL:
             return self.take_final()
         if kind is DecodeKind.PREFINAL:
-            return self.take_prefinal()
+            return self.take_prefinal(early=early)
         return self.take_partial()
 
     def give_back(self, req: DecodeRequest) -> None:
@@ -399,31 +399,35 @@ class SessionRecognizer:
         self._finals_in_flight += 1
         return self._pending_finals.popleft()
 
-    def take_prefinal(self) -> DecodeRequest | None:
+    def take_prefinal(self, early: bool = True) -> DecodeRequest | None:
         """The speculative final decode of the open segment, when its silence has begun.
 
-        With ``early_pad_ms``, first an early one that does not wait for the whole padding;
-        the padded one is then asked only if the rest of the padding is not quiet.
+        With ``early_pad_ms`` (and ``early``: the engine turns it off above
+        ``EngineOptions.early_final_sessions``), first an early one that does not wait for
+        the whole padding; the padded one is then asked only if the rest of the padding is
+        not quiet.
         """
         seg = self._segment
         if seg is None or not seg.temp_end:
             return None
         end = seg.temp_end - VAD_WINDOW + self._pad
-        early = seg.temp_end - VAD_WINDOW + self._early_pad
-        if self._early_pad and early < end and early <= self._buffer.end < end:
-            if seg.early_asked == early or (seg.start, early) in self._reusable:
+        early_end = seg.temp_end - VAD_WINDOW + self._early_pad
+        if early and self._early_pad and early_end < end and early_end <= self._buffer.end < end:
+            if seg.early_asked == early_end or (seg.start, early_end) in self._reusable:
                 return None
-            seg.early_asked = early
+            seg.early_asked = early_end
             # Decoded as if the rest of the padding were silence, which is when it is used.
-            return self._request(DecodeKind.PREFINAL, seg, early, self._models.final, end - early)
+            return self._request(DecodeKind.PREFINAL, seg, early_end, self._models.final,
+                                 end - early_end)
         if end > self._buffer.end or seg.prefinal_asked == end:
             return None
         seg.prefinal_asked = end
         if (seg.start, end) in self._reusable:
             return None
-        if seg.early_asked == early and all(p < self._quiet for at, p in seg.probs if at > early):
+        if seg.early_asked == early_end and all(p < self._quiet for at, p in seg.probs
+                                                if at > early_end):
             # The padding after the early decode holds nothing the VAD half-hears.
-            self._stands_for[(seg.start, end)] = (seg.start, early)
+            self._stands_for[(seg.start, end)] = (seg.start, early_end)
             return None
         return self._request(DecodeKind.PREFINAL, seg, end, self._models.final)
 

@@ -17,7 +17,7 @@ from gateway.realtime import StreamSocket
 from schemas.records import RealtimeAudio, RealtimeMessage
 from schemas.settings import RealtimeSettings
 
-RECORD = 60 * 32        # batch_ms of 16 kHz s16le
+RECORD = RealtimeSettings().batch_ms * 32        # one record of 16 kHz s16le
 
 
 class LossyHub:

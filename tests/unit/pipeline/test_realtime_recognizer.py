@@ -23,7 +23,8 @@ from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOption
 from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
 from pipeline.realtime.decoder import drop_restated_tail, merge_overlap
-from pipeline.realtime.engine import final_decode_options, partial_rest, partials_held
+from pipeline.realtime.engine import (early_finals_allowed, final_decode_options, partial_rest,
+                                      partials_held)
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.settings import Settings
@@ -314,17 +315,17 @@ def test_the_end_of_a_stream_invents_nothing(models: StreamingModels, jfk_pcm: b
     assert jiwer.wer(JFK_TEXT, text) <= 0.1
 
 
-def drive(rec: SessionRecognizer, pcm: bytes, ranges: list[tuple[float, float]] | None = None
-          ) -> tuple[list[DecodeKind], list[Update]]:
+def drive(rec: SessionRecognizer, pcm: bytes, ranges: list[tuple[float, float]] | None = None,
+          early: bool = True) -> tuple[list[DecodeKind], list[Update]]:
     """Stream ``pcm`` frame by frame, running finals and speculative finals (no partials) the
-    moment the recognizer asks for them, as an idle engine would. Returns the kinds of the
-    decodes run and every update, the closing ones included; ``ranges`` gets the audio range
-    of each decode, s."""
+    moment the recognizer asks for them, as an idle engine would (``early``: whether it asks
+    early speculative decodes). Returns the kinds of the decodes run and every update, the
+    closing ones included; ``ranges`` gets the audio range of each decode, s."""
     kinds: list[DecodeKind] = []
     updates: list[Update] = []
 
     def decode_due() -> None:
-        while (req := rec.take_final() or rec.take_prefinal()) is not None:
+        while (req := rec.take_final() or rec.take_prefinal(early=early)) is not None:
             kinds.append(req.kind)
             if ranges is not None:
                 ranges.append((req.start / 16000, req.end / 16000))
@@ -357,8 +358,8 @@ def test_a_held_silence_settles_on_the_speculative_decode(models: StreamingModel
 def test_a_quiet_padding_settles_on_the_early_decode(models: StreamingModels) -> None:
     """The early speculative decode starts before the end padding has arrived; when that
     padding turns out quiet (here digital silence after the phrase), it is the final and the
-    padded audio is never decoded. With the early decode off (the default), the padded one
-    runs."""
+    padded audio is never decoded. With the early decode off (the recognizer's default), or
+    not asked by a busy engine, the padded one runs."""
     pcm = pcm_of(TIMIT, 0.5, 1.0)
     ranges: list[tuple[float, float]] = []
     early = RecognizerOptions(vad=VadOptions(early_pad_ms=64))
@@ -368,10 +369,13 @@ def test_a_quiet_padding_settles_on_the_early_decode(models: StreamingModels) ->
     assert ranges and all(end < final.end - 0.05 for _, end in ranges), (ranges, final)
     assert jiwer.wer(TIMIT_TEXT, words_of(final.text)) <= 0.2, final.text
 
-    late: list[tuple[float, float]] = []
-    _, updates = drive(SessionRecognizer(models), pcm, late)
-    final = [u for u in updates if u.is_final and u.text][0]
-    assert any(abs(end - final.end) < 1e-6 for _, end in late), (late, final)
+    for rec, asked in ((SessionRecognizer(models), True),                 # off
+                       (SessionRecognizer(models, (), early), False)):   # not asked by the engine
+        late: list[tuple[float, float]] = []
+        _, updates = drive(rec, pcm, late, early=asked)
+        final = [u for u in updates if u.is_final and u.text][0]
+        assert any(abs(end - final.end) < 1e-6 for _, end in late), (late, final)
+        assert all(end >= final.end - 1e-6 for _, end in late), (late, final)
 
 
 def test_a_partial_never_stands_for_the_final(models: StreamingModels) -> None:
@@ -430,13 +434,20 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
 
 
 def test_the_early_decode_is_an_operator_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0      # off by default
-    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "64")
     settings = Settings()
-    assert engine_options(settings).recognizer.vad.early_pad_ms == 64
+    assert engine_options(settings).recognizer.vad.early_pad_ms == 64       # on by default
     models = settings.models.model_copy(update={"streaming_final": "base"})
     own = engine_options(settings.model_copy(update={"models": models}))
     assert own.recognizer.vad.early_pad_ms == 64 and own.recognizer.decode.beam_size == 5
+    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "0")
+    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0
+
+
+def test_early_decodes_are_asked_up_to_five_sessions() -> None:
+    most = EngineOptions().early_final_sessions
+    assert most == 5
+    assert early_finals_allowed(5, most) and not early_finals_allowed(6, most)
+    assert early_finals_allowed(50, None)
 
 
 def test_partials_take_at_most_their_duty_of_a_thread() -> None:
