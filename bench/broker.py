@@ -1,6 +1,6 @@
 """What the embedded broker's CPU per live session is made of: a driver without models.
 
-``python -m bench.broker [--sessions 10] [--seconds 60] [--batch-ms 60] [--window N]
+``python -m bench.broker [--sessions 10] [--seconds 60] [--batch-ms 20] [--window N]
 [--no-consumers] [--no-producers] [--messages-per-s 3] [--linger-ms 2] [--live-pause-ms 10]
 [--truncate-every S] [--compression gzip] [--idle-after S]``
 
@@ -39,6 +39,7 @@ from ops.embedded import BROKER_MALLOC, _binary, wait_port
 from ops.procstat import cpu_seconds
 from ops.stack import EVAL, free_port
 from schemas.records import RealtimeAudio, RealtimeMessage
+from schemas.settings import RealtimeSettings
 from stores.kafka import LIVE_CLIENT, pace_empty_fetches
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
 
@@ -220,7 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sessions", type=int, default=10)
     parser.add_argument("--seconds", type=float, default=60.0)
-    parser.add_argument("--batch-ms", type=int, default=60)
+    parser.add_argument("--batch-ms", type=int, default=RealtimeSettings().batch_ms,
+                        help="audio per record, ms (default: the service's)")
     parser.add_argument("--window", type=int, default=1)
     parser.add_argument("--linger-ms", type=int, default=2)
     parser.add_argument("--messages-per-s", type=float, default=3.0)
