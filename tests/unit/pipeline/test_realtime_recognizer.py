@@ -434,13 +434,13 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
 
 
 def test_the_early_decode_is_an_operator_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0      # off by default
+    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "64")
     settings = Settings()
-    assert engine_options(settings).recognizer.vad.early_pad_ms == 64       # on by default
+    assert engine_options(settings).recognizer.vad.early_pad_ms == 64
     models = settings.models.model_copy(update={"streaming_final": "base"})
     own = engine_options(settings.model_copy(update={"models": models}))
     assert own.recognizer.vad.early_pad_ms == 64 and own.recognizer.decode.beam_size == 5
-    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "0")
-    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0
 
 
 def test_early_decodes_are_asked_up_to_five_sessions() -> None:
