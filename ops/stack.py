@@ -29,13 +29,17 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 EVAL = REPO.parent / "shared" / "eval"
 
-__all__ = ["Stack", "free_port", "EvalServer", "REPO", "EVAL"]
+__all__ = ["Stack", "StackExited", "free_port", "EvalServer", "REPO", "EVAL"]
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class StackExited(RuntimeError):
+    """``a5s up`` exited before the stack was ready."""
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -71,20 +75,42 @@ class Stack:
     """Extra ``a5s up`` arguments (``("--workers", "2")``)."""
 
     def start(self, timeout_s: float = 120.0) -> None:
-        """Start (or start again: the same ports and data directory) the whole stack."""
-        if not self.port:
-            self.port, self.console_port = free_port(), free_port()
-            self.env = {"A5S_DATA_DIR": str(self.data_dir), "A5S_PORT": str(self.port),
-                        "A5S_CONSOLE_PORT": str(self.console_port),
-                        "A5S_EMBEDDED__KAFKA": str(free_port()),
-                        "A5S_EMBEDDED__REDIS": str(free_port()),
-                        "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
-                        # ``a5s up`` starts the service with ``python -P``, which drops the
-                        # working directory from the path: without this, the installed
-                        # package (possibly another checkout) would be what runs.
-                        "PYTHONPATH": str(REPO),
-                        "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
-                        "PYTHONUNBUFFERED": "1", **self.env}
+        """Start (or start again: the same ports and data directory) the whole stack.
+
+        A first start that exits before it is ready is tried once more on other ports: a
+        port picked free here can be taken by another process before the broker or Valkey
+        binds it. The first attempt's log is printed, so a real start-up bug still shows.
+        """
+        first = not self.port
+        if first:
+            self._pick_ports()
+        try:
+            self._launch(timeout_s)
+        except StackExited as exc:
+            if not first:
+                raise
+            print(f"a5s up did not start; trying other ports. {exc}", file=sys.stderr)
+            self._pick_ports()
+            self._launch(timeout_s)
+
+    def _pick_ports(self) -> None:
+        given = {k: v for k, v in self.env.items() if k not in self._PORT_KEYS}
+        self.port, self.console_port = free_port(), free_port()
+        self.env = {"A5S_DATA_DIR": str(self.data_dir), "A5S_PORT": str(self.port),
+                    "A5S_CONSOLE_PORT": str(self.console_port),
+                    "A5S_EMBEDDED__KAFKA": str(free_port()),
+                    "A5S_EMBEDDED__REDIS": str(free_port()),
+                    "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
+                    # ``a5s up`` starts the service with ``python -P``, which drops the
+                    # working directory from the path: without this, the installed
+                    # package (possibly another checkout) would be what runs.
+                    "PYTHONPATH": str(REPO),
+                    "A5S_LOG_LEVEL": os.environ.get("A5S_TEST_LOG_LEVEL", "INFO"),
+                    "PYTHONUNBUFFERED": "1", **given}
+
+    _PORT_KEYS = ("A5S_PORT", "A5S_CONSOLE_PORT", "A5S_EMBEDDED__KAFKA", "A5S_EMBEDDED__REDIS")
+
+    def _launch(self, timeout_s: float) -> None:
         # The service is started with ``python -P`` (no cwd on sys.path): this checkout's
         # packages must win over whatever the environment has installed.
         env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(
@@ -99,13 +125,21 @@ class Stack:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if self.proc is not None and self.proc.poll() is not None:
-                raise RuntimeError(f"a5s up exited with {self.proc.returncode}; see {self.log.name}")
+                raise StackExited(f"a5s up exited with {self.proc.returncode}; the end of "
+                                  f"{self.log.name}:\n{self.log_tail()}")
             with contextlib.suppress(httpx.HTTPError):
                 if httpx.get(self.url("/health"), timeout=2).status_code == 200 and \
                         self.service_pid():
                     return
             time.sleep(0.5)
-        raise TimeoutError(f"the stack did not become healthy in {timeout_s} s")
+        raise TimeoutError(f"the stack did not become healthy in {timeout_s} s; the end of "
+                           f"{self.log.name}:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        path = self.data_dir.parent / f"{self.data_dir.name}.log"
+        with contextlib.suppress(OSError):
+            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+        return "(no log)"
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
