@@ -139,16 +139,18 @@ class RealtimeSettings(BaseModel):
     allowed_origins: tuple[str, ...] = ()
     """Browser origins allowed besides the gateway's own (``*`` allows any); clients that
     send no ``Origin`` header (not browsers) are always allowed."""
-    batch_ms: int = 60
-    """The gateway forwards a session's audio in records of about this much audio, ms. 20 ms
-    takes 20 ms off a final's path on average and triples the records (docs/realtime.md,
-    "Early finals")."""
-    early_pad_ms: int = Field(0, ge=0)
+    batch_ms: int = 40
+    """The gateway forwards a session's audio in records of about this much audio, ms. The
+    frame that completes a phrase's end padding waits for its record to fill: 20 ms on
+    average with 60 ms records, 10 with 40. 20 ms records tripled the records and, with the
+    early decode, cost 1-4 points of a core per session and a final p95 over 0.6 s in half
+    of the runs (docs/realtime.md, "Early finals")."""
+    early_pad_ms: int = Field(64, ge=0)
     """The worker's early speculative final decode, ms of the end padding it waits for (0:
     none; see ``VadOptions.early_pad_ms``), asked while a worker holds at most 5 sessions.
-    64 with ``batch_ms`` 20 and ``EngineOptions.partial_duty`` 0.15 gave 5 sessions on 2
-    cores a final p50 of 0.23-0.26 s against 0.33-0.35 s, but heard "Ask not" in jfk.flac as
-    "AS NOT" once (docs/realtime.md, "Early finals")."""
+    With 40 ms records and partials at 15% of a decode thread, 5 sessions on 2 cores got a
+    final p50 of 0.25-0.27 s against 0.33-0.35 s without it (docs/realtime.md, "Early
+    finals")."""
     fetch_max_wait_ms: int = 100
     """Longest fetch wait of the realtime consumers (gateway and worker). A broker that
     answers a waiting fetch as soon as a record arrives (Apache Kafka) delivers in

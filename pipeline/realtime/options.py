@@ -44,8 +44,8 @@ class VadOptions(BaseModel):
         "no decode waits for the padding. 64 ms: engine final p50 0.33 -> 0.24 s on an idle "
         "core, the same WER, +1.4% of a core per session in decodes discarded when speech "
         "resumes; off by default, since 5 sessions on 2 busy cores got no faster with it "
-        "(final p50 0.56 s against 0.53 s, 14% more engine CPU). The service's setting: "
-        "``realtime.early_pad_ms``."))
+        "(final p50 0.56 s against 0.53 s, 14% more engine CPU). The service turns it on "
+        "(``realtime.early_pad_ms``, 64) with 40 ms records and a smaller partial share."))
     quiet_probability: float = Field(0.1, gt=0, lt=1, description=(
         "See ``early_pad_ms``: the soft end of \"Americans\" in jfk.flac scored 0.12."))
     start_pad_ms: int = Field(200, ge=0, description=(
@@ -156,15 +156,14 @@ class EngineOptions(BaseModel):
         "speculative final decode runs (a segment's first partial always may). No: on 2 "
         "cores a partial started beside a final takes the core the final is waiting for, "
         "and partials, being coalesced, only show a little later."))
-    partial_duty: float = Field(0.25, gt=0, le=1, description=(
+    partial_duty: float = Field(0.15, gt=0, le=1, description=(
         "Share of one decode thread's time partials may take: after a partial batch of t "
         "seconds no partial but a segment's first starts for t * (1 / duty - 1) s (1: no "
-        "rest). Partials pace "
-        "themselves by their own cost, so without a bound they fill every free cycle of a "
-        "busy machine and finals queue for the CPU behind them (0.25: 10 sessions' final "
-        "p95 0.74-0.81 s against 0.87-0.99 s with 0.5, on 2 cores). With early speculative "
-        "decodes on, 0.15 leaves them their core: 5 sessions' final p95 0.27-0.48 s, against "
-        "0.50-0.89 s at 0.25."))
+        "rest). Partials pace themselves by their own cost, so without a bound they fill "
+        "every free cycle of a busy machine and finals queue for the CPU behind them (0.25: "
+        "10 sessions' final p95 0.74-0.81 s against 0.87-0.99 s with 0.5, on 2 cores). 0.15 "
+        "leaves the early speculative decodes their core: 5 sessions' final p95 0.27-0.48 s "
+        "with them (20 ms records), against 0.50-0.89 s at 0.25."))
     wide_beam_sessions: int | None = Field(5, ge=1, description=(
         "Finals decode with the recognizer's beam while at most this many sessions are open "
         "on the worker, greedy with more (None: the beam always). On 2 cores, 10 sessions' "

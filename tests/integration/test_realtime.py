@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import httpx
+import jiwer
 import pytest
 import websockets
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
@@ -29,6 +30,8 @@ pytestmark = pytest.mark.stack
 
 ALLOWED_ORIGIN = "https://app.example.com"
 FRAME = 640  # 20 ms of 16 kHz s16le
+JFK_TEXT = ("and so my fellow americans ask not what your country can do for you "
+            "ask what you can do for your country")
 SILENCE = bytes(FRAME)
 
 
@@ -149,7 +152,9 @@ def test_live_transcript_of_jfk_then_finished_and_usage(rt: Stack, jfk: bytes) -
     assert last["is_final"]
     text = last["text"]
     words = " ".join("".join(c for c in text.lower() if c.isalpha() or c == " ").split())
-    assert "ask not what your country can do for you" in words, text
+    # At most two words of 22: tiny.en hears the isolated "Ask not" as "AS NOT" or "Ask not"
+    # as its cut moves by 10 ms (docs/realtime.md, "Early finals"); a lost phrase is 4 or more.
+    assert jiwer.wer(JFK_TEXT, words) <= 0.1, text
     assert any(c in text for c in ",.!?") and text[0].isupper(), text
     assert finished["type"] == "finished"
     assert finished["audio_ms"] == len(jfk) // 32 and finished["billed_ms"] == len(jfk) // 32

@@ -378,6 +378,25 @@ def test_a_quiet_padding_settles_on_the_early_decode(models: StreamingModels) ->
         assert all(end >= final.end - 1e-6 for _, end in late), (late, final)
 
 
+def test_the_service_s_early_finals_keep_jfk_whole(models: StreamingModels,
+                                                  jfk_pcm: bytes) -> None:
+    """With the service's options, early decodes settle jfk.flac's phrases: most padded
+    decodes never run, and the text is as good as the padded decodes' (the isolated "Ask
+    not" may come out "AS NOT" either way, as its cut moves by 10 ms)."""
+    options = engine_options(Settings()).recognizer
+    assert options.vad.early_pad_ms > 0
+    early: list[tuple[float, float]] = []
+    _, updates = drive(SessionRecognizer(models, (), options), jfk_pcm, early)
+    padded: list[tuple[float, float]] = []
+    off = options.model_copy(update={"vad": options.vad.model_copy(update={"early_pad_ms": 0})})
+    _, late = drive(SessionRecognizer(models, (), off), jfk_pcm, padded)
+    finals = [u for u in updates if u.is_final]
+    ends = {end for _, end in padded}
+    assert len(ends - {end for _, end in early}) >= 3, (early, padded)  # not decoded padded
+    assert jiwer.wer(JFK_TEXT, words_of(finals[-1].text)) <= 0.1, finals[-1].text
+    assert [u.segment for u in finals] == [u.segment for u in late if u.is_final]
+
+
 def test_a_partial_never_stands_for_the_final(models: StreamingModels) -> None:
     """Speech to the last sample: the stream's end closes the segment where the last
     partial ended. That partial (smaller window, one continuation) must not be the final:
@@ -434,13 +453,13 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
 
 
 def test_the_early_decode_is_an_operator_setting(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0      # off by default
-    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "64")
     settings = Settings()
-    assert engine_options(settings).recognizer.vad.early_pad_ms == 64
+    assert engine_options(settings).recognizer.vad.early_pad_ms == 64       # on by default
     models = settings.models.model_copy(update={"streaming_final": "base"})
     own = engine_options(settings.model_copy(update={"models": models}))
     assert own.recognizer.vad.early_pad_ms == 64 and own.recognizer.decode.beam_size == 5
+    monkeypatch.setenv("A5S_REALTIME__EARLY_PAD_MS", "0")
+    assert engine_options(Settings()).recognizer.vad.early_pad_ms == 0
 
 
 def test_early_decodes_are_asked_up_to_five_sessions() -> None:
