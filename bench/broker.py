@@ -1,6 +1,6 @@
 """What the embedded broker's CPU per live session is made of: a driver without models.
 
-``python -m bench.broker [--sessions 10] [--seconds 60] [--batch-ms 20] [--window N]
+``python -m bench.broker [--sessions 10] [--seconds 60] [--batch-ms MS] [--window N]
 [--no-consumers] [--no-producers] [--messages-per-s 3] [--linger-ms 2] [--live-pause-ms 10]
 [--truncate-every S] [--compression gzip] [--idle-after S]``
 

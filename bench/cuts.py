@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from evaluation.text import plain_words
 from ops.stack import EVAL
 
 SR = 16000
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> None:
     from pipeline.audio import decode_to_pcm
     from pipeline.realtime import DecodeInput, SessionRecognizer, StreamingModels
     from pipeline.realtime.agent import engine_options
-    from pipeline.realtime.recognizer import DecodeKind
+    from pipeline.realtime.recognizer import DecodeKind, pcm_to_float
     from schemas.settings import Settings
 
     print("command: python -m bench.cuts " + " ".join(argv if argv is not None else sys.argv[1:]))
@@ -58,13 +59,12 @@ def main(argv: list[str] | None = None) -> None:
     prompt = models.final.prompt("")
     out = io.BytesIO()
     decode_to_pcm(args.audio, out)
-    pcm = np.frombuffer(out.getvalue(), dtype="<i2").astype(np.float32) / 32768.0
+    pcm = pcm_to_float(out.getvalue())
 
     def decode(start: float, cut: float, until: float) -> str:
         audio = pcm[int(start * SR):int(cut * SR)]
         audio = np.concatenate([audio, np.zeros(max(0, int((until - cut) * SR)), np.float32)])
-        text = models.final.decode([DecodeInput(audio, prompt)], options)[0].text
-        return " ".join("".join(c for c in text.lower() if c.isalnum() or c in " '").split())
+        return plain_words(models.final.decode([DecodeInput(audio, prompt)], options)[0].text)
 
     steps = int(round(args.span / args.step))
     cuts = [round(args.end - k * args.step, 3) for k in range(steps - 1, -1, -1)]

@@ -115,7 +115,7 @@ class Stack:
         # packages must win over whatever the environment has installed.
         env = {**os.environ, **self.env, "PYTHONPATH": os.pathsep.join(
             p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}
-        self.log = open(self.data_dir.parent / f"{self.data_dir.name}.log", "ab")
+        self.log = open(self.log_path, "ab")
         self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up", *self.args], cwd=REPO,
                                      env=env, stdout=self.log, stderr=subprocess.STDOUT,
                                      start_new_session=True)
@@ -135,10 +135,14 @@ class Stack:
         raise TimeoutError(f"the stack did not become healthy in {timeout_s} s; the end of "
                            f"{self.log.name}:\n{self.log_tail()}")
 
+    @property
+    def log_path(self) -> Path:
+        """What ``a5s up`` and the service print, beside the data directory."""
+        return self.data_dir.parent / f"{self.data_dir.name}.log"
+
     def log_tail(self, lines: int = 30) -> str:
-        path = self.data_dir.parent / f"{self.data_dir.name}.log"
         with contextlib.suppress(OSError):
-            return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         return "(no log)"
 
     def stop(self) -> None:
@@ -158,7 +162,7 @@ class Stack:
     @contextlib.contextmanager
     def no_uncaught_errors(self) -> Iterator[None]:
         """Whatever clients saw, the service must not log an unhandled exception meanwhile."""
-        log = self.data_dir.parent / f"{self.data_dir.name}.log"
+        log = self.log_path
         start = log.stat().st_size
         yield
         with open(log, "rb") as fh:

@@ -48,8 +48,8 @@ from .recognizer import (DecodeKind, DecodeRequest, SessionRecognizer, Update, c
                          pcm_to_float)
 from .vocabulary import VocabularyTerm
 
-__all__ = ["RealtimeEngine", "early_finals_allowed", "final_decode_options", "partial_rest",
-           "partials_held"]
+__all__ = ["RealtimeEngine", "final_decode_options", "partial_rest", "partials_held",
+           "within_sessions"]
 
 
 def partial_rest(elapsed: float, duty: float) -> float:
@@ -80,19 +80,15 @@ def final_decode_options(options: DecodeOptions, *, sessions: int,
     A beam of 3 costs each final decode about 7% more CPU; with 10 sessions on 2 cores
     finals queue for a core, and every final behind one pays for its beam again.
     """
-    if wide_sessions is None or sessions <= wide_sessions:
+    if within_sessions(sessions, wide_sessions):
         return options
     return options.greedy()
 
 
-def early_finals_allowed(sessions: int, most: int | None) -> bool:
-    """Whether early speculative decodes are asked with ``sessions`` open (None: always).
-
-    An early decode is a bet that the padding stays quiet, thrown away when speech resumes:
-    with 10 sessions on 2 cores those bets took the cores finals waited for (final p95 0.85
-    s with them, 0.58 s without; ``python -m bench.realtime --sessions 10 --accounts 2``).
-    """
-    return most is None or sessions <= most
+def within_sessions(sessions: int, limit: int | None) -> bool:
+    """Whether ``sessions`` open on the worker are within a load rule's ``limit`` (None: no
+    limit); the engine's rules that spend more CPU per session apply only up to theirs."""
+    return limit is None or sessions <= limit
 
 
 @dataclass(eq=False)
@@ -320,7 +316,7 @@ class RealtimeEngine:
             head = batch[0][1]
             return req.decoder is head.decoder and len(req.input.prompt) == len(head.input.prompt)
 
-        early = early_finals_allowed(len(self._sessions), self._opts.early_final_sessions)
+        early = within_sessions(len(self._sessions), self._opts.early_final_sessions)
         # Finals, oldest first, then speculative finals: both decide final latency.
         for kind in (DecodeKind.FINAL, DecodeKind.PREFINAL):
             for s in sorted(sessions, key=lambda x: x.recognizer.waiting_since(kind)):

@@ -44,7 +44,7 @@ def _pids(stack: Stack) -> dict[str, int]:
 
 
 def _log(stack: Stack) -> str:
-    return (stack.data_dir.parent / f"{stack.data_dir.name}.log").read_text(errors="replace")
+    return stack.log_path.read_text(errors="replace")
 
 
 async def _open_session(stack: Stack, key: str) -> tuple[str | None, int | None]:

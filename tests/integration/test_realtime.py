@@ -21,6 +21,7 @@ import websockets
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from websockets.exceptions import ConnectionClosed
 
+from evaluation.text import plain_words
 from ops.stack import EVAL, Stack
 from schemas import ids
 from schemas.records import RealtimeAudio, RealtimeMessage
@@ -30,8 +31,9 @@ pytestmark = pytest.mark.stack
 
 ALLOWED_ORIGIN = "https://app.example.com"
 FRAME = 640  # 20 ms of 16 kHz s16le
-JFK_TEXT = ("and so my fellow americans ask not what your country can do for you "
-            "ask what you can do for your country")
+JFK_REFERENCE = next(item["reference_text"] for item in
+                     json.loads((EVAL / "manifest.json").read_text())["items"]
+                     if item["path"] == "real/whisper/jfk.flac")
 SILENCE = bytes(FRAME)
 
 
@@ -151,10 +153,9 @@ def test_live_transcript_of_jfk_then_finished_and_usage(rt: Stack, jfk: bytes) -
     last = transcripts[-1]
     assert last["is_final"]
     text = last["text"]
-    words = " ".join("".join(c for c in text.lower() if c.isalpha() or c == " ").split())
     # At most two words of 22: tiny.en hears the isolated "Ask not" as "AS NOT" or "Ask not"
     # as its cut moves by 10 ms (docs/realtime.md, "Early finals"); a lost phrase is 4 or more.
-    assert jiwer.wer(JFK_TEXT, words) <= 0.1, text
+    assert jiwer.wer(plain_words(JFK_REFERENCE), plain_words(text)) <= 0.1, text
     assert any(c in text for c in ",.!?") and text[0].isupper(), text
     assert finished["type"] == "finished"
     assert finished["audio_ms"] == len(jfk) // 32 and finished["billed_ms"] == len(jfk) // 32

@@ -65,7 +65,7 @@ def holder(logs: list[Path], since: list[int]) -> tuple[str, int] | None:
 def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) -> None:
     stack = two_workers
     key = stack.new_account()[1]
-    log = stack.data_dir.parent / f"{stack.data_dir.name}.log"
+    log = stack.log_path
     worker_log = stack.data_dir / "logs" / "worker-1.log"
     deadline = time.monotonic() + 240
     # The extra worker is up and the realtime group has settled with it (a join during the

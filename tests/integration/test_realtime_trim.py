@@ -121,7 +121,7 @@ def test_what_a_takeover_needs_is_kept_and_the_rest_deleted(trimming: Stack) -> 
                 await asyncio.sleep(max(0.0, t0 + i / 32000 - time.monotonic()))
                 await ws.send(pcm[i:i + FRAME])
             live = await log_starts(stack)           # the session is still open
-            log = stack.data_dir.parent / f"{stack.data_dir.name}.log"
+            log = stack.log_path
             session_id = OPENED.findall(log.read_text(errors="replace"))[-1]
             live["checkpoint"], live["first seq"] = await resumable(stack, session_id)
             await ws.send(json.dumps({"type": "finish"}))

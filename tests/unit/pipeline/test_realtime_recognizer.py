@@ -23,8 +23,8 @@ from pipeline.realtime import (Decoded, DecodeInput, DecodeOptions, EngineOption
 from pipeline.realtime.agent import engine_options
 from pipeline.realtime.audio_buffer import AudioBuffer
 from pipeline.realtime.decoder import drop_restated_tail, merge_overlap
-from pipeline.realtime.engine import (early_finals_allowed, final_decode_options, partial_rest,
-                                      partials_held)
+from pipeline.realtime.engine import (final_decode_options, partial_rest, partials_held,
+                                      within_sessions)
 from pipeline.realtime.recognizer import DecodeKind, invented
 from schemas.errors import StreamError, StreamErrorCode
 from schemas.settings import Settings
@@ -465,8 +465,8 @@ def test_the_early_decode_is_an_operator_setting(monkeypatch: pytest.MonkeyPatch
 def test_early_decodes_are_asked_up_to_five_sessions() -> None:
     most = EngineOptions().early_final_sessions
     assert most == 5
-    assert early_finals_allowed(5, most) and not early_finals_allowed(6, most)
-    assert early_finals_allowed(50, None)
+    assert within_sessions(5, most) and not within_sessions(6, most)
+    assert within_sessions(50, None)
 
 
 def test_partials_take_at_most_their_duty_of_a_thread() -> None:
