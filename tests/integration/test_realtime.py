@@ -529,8 +529,8 @@ def test_a_record_the_broker_lost_is_waited_for_not_heard_as_silence(rt: Stack,
     assert not any(m.type == "finished" for m in before)
     assert after[-1].type == "finished" and after[-1].seq == len(pieces)
     text = [m.text for m in after if m.type == "transcript"][-1]
-    words = " ".join("".join(c for c in text.lower() if c.isalpha() or c == " ").split())
-    assert "ask not what your country can do for you" in words, text
+    # Every piece heard (the bound of the live jfk test above: "Ask not" may read "AS NOT").
+    assert jiwer.wer(plain_words(JFK_REFERENCE), plain_words(text)) <= 0.1, text
 
 
 def test_plain_get_is_not_a_session(rt: Stack) -> None:
