@@ -9,6 +9,7 @@ but never move the ledger twice.
 
 from __future__ import annotations
 
+import copy
 from datetime import datetime, timedelta
 
 from pydantic import BaseModel, Field
@@ -96,7 +97,7 @@ class Effects(BaseModel):
 
 def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[AccountState,
                                                                              Effects]:
-    state = state.model_copy(deep=True)
+    state = _copied(state)
     fx = Effects()
     match event:
         case Submitted():
@@ -165,6 +166,13 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
         del state.live[sid]
     _fill_slots(state, event.account_id, now, fx)
     return state, fx
+
+
+def _copied(state: AccountState) -> AccountState:
+    """A deep copy whose ``recent`` is copied as a list only: its ids are immutable
+    strings, and deep-copying an aged account's 4,096 of them took 1.75 ms of an event's
+    2.7 ms (``python -m bench.accounts``)."""
+    return copy.deepcopy(state, {id(state.recent): list(state.recent)})
 
 
 def lost_holds(state: AccountState, leased: set[str], now: datetime,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pipeline.accounts import LIVE_HOLD_GRACE, AccountState, apply, lost_holds
+from pipeline.accounts import LIVE_HOLD_GRACE, RECENT_MAX, AccountState, apply, lost_holds
 from schemas.records import (AccountLimits, Canceled, DurationKnown, Finished, SessionClosed,
                              SessionLost, SessionOpened, Submitted)
 
@@ -59,6 +59,22 @@ def test_replays_never_count_twice() -> None:
                     DurationKnown(account_id="a", transcript_id="t1", duration=5),
                     DurationKnown(account_id="a", transcript_id="t1", duration=5))
     assert fx[1].admissions == fx[2].admissions and state.reserved == 5
+
+
+def test_an_aged_account_is_never_changed_in_place() -> None:
+    """``apply`` copies the ids it remembers as a list only (strings are immutable): the
+    state it was given, nested models included, stays as it was, and the new one forgets
+    the oldest id once a finish goes past ``RECENT_MAX``."""
+    state, _ = run(AccountState(recent=[f"old{i}" for i in range(RECENT_MAX)]), sub("t0"))
+    before = state.model_dump_json()
+    known, _ = apply(state, DurationKnown(account_id="a", transcript_id="t0", duration=10), NOW)
+    assert known.processing["t0"].admitted and state.processing["t0"].admitted is None
+    done, _ = apply(known, Finished(account_id="a", transcript_id="t0", status="completed",
+                                    duration=10), NOW)
+    assert state.model_dump_json() == before and "t0" in known.processing
+    assert known.recent is not done.recent and known.recent[-1] == "old4095"
+    assert done.recent[0] == "old1" and done.recent[-1] == "t0"
+    assert len(done.recent) == RECENT_MAX and done.used == 10
 
 
 def test_cancel_releases_without_counting() -> None:

@@ -1,0 +1,73 @@
+"""What one job costs the accounts agent's own work, on a new account and an aged one.
+
+Every job sends the accounts agent three events (``Submitted``, ``DurationKnown``,
+``Finished``). For each, the agent parses the account's state from its table, applies the
+event (``pipeline.accounts.apply``) and writes the new state back, which is also the
+table's changelog record. An account that has run ``RECENT_MAX`` jobs carries that many
+finished ids, so this work grows with the account's age; the whole-mix benchmark
+(``bench.pipeline``) only sees new accounts.
+
+    python -m bench.accounts [--jobs 300]
+
+Prints, per account age, the CPU time of the three events of a job (process time, one
+thread, no I/O) and the bytes of state written per job, with the load average and the
+command line. The new account's state grows with the jobs run (their ids are remembered
+too), so its figures are an average over its first ``--jobs`` jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shlex
+import sys
+import time
+from datetime import UTC, datetime
+
+from pipeline.accounts import RECENT_MAX, AccountState, apply
+from schemas.ids import transcript_id
+from schemas.records import AccountLimits, DurationKnown, Finished, Submitted
+
+LIMITS = AccountLimits(usage_limit_seconds=1e9, max_concurrent_jobs=4)
+
+
+def job_events(account_id: str, transcript_id: str) -> list[object]:
+    now = datetime.now(UTC)
+    return [Submitted(account_id=account_id, transcript_id=transcript_id, at=now, limits=LIMITS),
+            DurationKnown(account_id=account_id, transcript_id=transcript_id, duration=2.0),
+            Finished(account_id=account_id, transcript_id=transcript_id, status="completed",
+                     duration=2.0)]
+
+
+def run_jobs(raw: bytes, jobs: int) -> tuple[float, int, bytes]:
+    """CPU seconds and state bytes written for ``jobs`` jobs, as the agent does each event."""
+    now = datetime.now(UTC)
+    events = [e for _ in range(jobs) for e in job_events("acc_bench", transcript_id())]
+    written = 0
+    started = time.process_time()
+    for event in events:
+        state = AccountState.model_validate_json(raw)
+        new, _ = apply(state, event, now)  # type: ignore[arg-type]
+        raw = new.model_dump_json().encode()
+        written += len(raw)
+    return time.process_time() - started, written, raw
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=300, help="jobs timed per account age")
+    args = parser.parse_args(argv)
+    print(f"$ python -m bench.accounts {shlex.join(sys.argv[1:] if argv is None else argv)}")
+    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()) + " on "
+          f"{os.cpu_count()} cores; {args.jobs} jobs per account age, 3 events a job")
+    aged = AccountState(recent=[transcript_id() for _ in range(RECENT_MAX)])
+    for label, state in ((f"new account (its first {args.jobs} jobs)", AccountState()),
+                         (f"aged account ({RECENT_MAX} finished ids)", aged)):
+        run_jobs(state.model_dump_json().encode(), 5)  # warm up
+        cpu, written, _ = run_jobs(state.model_dump_json().encode(), args.jobs)
+        print(f"  {label:40} {1000 * cpu / args.jobs:7.3f} ms of CPU a job, "
+              f"{written / args.jobs / 1024:7.1f} KiB of state written a job")
+
+
+if __name__ == "__main__":
+    main()
