@@ -31,12 +31,11 @@ from schemas.records import AccountLimits, DurationKnown, Finished, Submitted
 LIMITS = AccountLimits(usage_limit_seconds=1e9, max_concurrent_jobs=4)
 
 
-def job_events(account_id: str, transcript_id: str) -> list[object]:
+def job_events(account_id: str, tid: str) -> list[object]:
     now = datetime.now(UTC)
-    return [Submitted(account_id=account_id, transcript_id=transcript_id, at=now, limits=LIMITS),
-            DurationKnown(account_id=account_id, transcript_id=transcript_id, duration=2.0),
-            Finished(account_id=account_id, transcript_id=transcript_id, status="completed",
-                     duration=2.0)]
+    return [Submitted(account_id=account_id, transcript_id=tid, at=now, limits=LIMITS),
+            DurationKnown(account_id=account_id, transcript_id=tid, duration=2.0),
+            Finished(account_id=account_id, transcript_id=tid, status="completed", duration=2.0)]
 
 
 def run_jobs(raw: bytes, jobs: int) -> tuple[float, int, bytes]:
