@@ -273,13 +273,15 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
                                     for k, v in thread_cpu(service_pid).items()},
                                    python_thread_names(service_pid)), len(items)))
             load = _load()
-            bare_s, bare_cpu, _, _ = bare_timed(engines, eval_dir, paths, {}, {})
-            done = sum(j.status == "completed" for j in jobs)
+            bare_s, bare_cpu, bare_texts, _ = bare_timed(engines, eval_dir, paths, {}, {})
+            done = [j for j in jobs if j.status == "completed"]
             rows.append((wall, bare_s, service_cpu, bare_cpu))
-            print(f"pair {n + 1}/{repeat}: service {wall:.1f} s ({done}/{len(jobs)} completed, "
-                  f"process CPU {service_cpu:.1f} s), bare {bare_s:.1f} s (CPU {bare_cpu:.1f} "
-                  f"s): overhead {(wall - bare_s) / bare_s:+.1%}; load average {load} after "
-                  f"the service pass, {_load()} after the bare pass")
+            print(f"pair {n + 1}/{repeat}: service {wall:.1f} s ({len(done)}/{len(jobs)} "
+                  f"completed, process CPU {service_cpu:.1f} s), bare {bare_s:.1f} s (CPU "
+                  f"{bare_cpu:.1f} s): overhead {(wall - bare_s) / bare_s:+.1%}; load average "
+                  f"{load} after the service pass, {_load()} after the bare pass; service WER "
+                  f"{pooled_wer(done):.2%}, text as the bare models' on "
+                  f"{same_as_bare(done, bare_texts)}/{len(done)} files")
     finally:
         engines.close()
     overheads = sorted((w - b) / b for w, b, _, _ in rows)
@@ -308,6 +310,18 @@ def _per_job(threads: dict[str, float], jobs: int) -> str:
             f"{beside / models:.1%} of the models' threads' {models / jobs * 1000:.0f} ms")
 
 
+def pooled_wer(done: list[Job]) -> float:
+    """Lowercase, punctuation removed, pooled over the completed jobs."""
+    if not done:
+        return 0.0
+    return jiwer.wer([plain_words(j.reference) for j in done], [plain_words(j.text) for j in done])
+
+
+def same_as_bare(done: list[Job], bare_texts: dict[str, str]) -> int:
+    """How many completed jobs have the bare models' text, word for word."""
+    return sum(plain_words(bare_texts.get(j.path, "")) == plain_words(j.text) for j in done)
+
+
 def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[str, str],
            bare_layout: str, quiet: bool) -> None:
     done = [j for j in jobs if j.status == "completed"]
@@ -330,16 +344,14 @@ def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[
           f"{len(jobs) - len(done) - len(failed)} unfinished; {audio:.1f} s of audio, "
           f"{words} reference words")
     if done:
-        plain = jiwer.wer(refs, hyps)
+        plain = pooled_wer(done)
         spelled = jiwer.wer([normalized(r) for r in refs], [normalized(h) for h in hyps])
         print(f"WER {plain:.2%} (lowercase, no punctuation); {spelled:.2%} (Whisper's English "
               f"text normalizer)")
         if bare_texts:
             bare = jiwer.wer(refs, [plain_words(bare_texts.get(j.path, "")) for j in done])
-            same = sum(plain_words(bare_texts.get(j.path, "")) == plain_words(j.text)
-                       for j in done)
             print(f"bare model WER on the same files {bare:.2%}; identical text on "
-                  f"{same}/{len(done)} files")
+                  f"{same_as_bare(done, bare_texts)}/{len(done)} files")
         print(f"end to end: {wall:.1f} s wall for {audio:.1f} s of audio: RTF {wall / audio:.3f} "
               f"({audio / wall:.1f}x real time)")
         latency = [(j.completed_at - j.created_at).total_seconds()  # type: ignore[operator]
@@ -382,7 +394,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
     parser.add_argument("--repeat", type=int, default=1,
                         help="N > 1: N service and bare passes, alternately, on the same stack "
-                             "and models; prints each pair and the median overhead")
+                             "and models; prints each pair (with its WER) and the median overhead")
     args = parser.parse_args(argv)
 
     from ops.stack import EvalServer, Stack
