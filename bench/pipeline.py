@@ -344,7 +344,7 @@ def report(jobs: list[Job], wall: float, bare_s: float | None, bare_texts: dict[
           f"{len(jobs) - len(done) - len(failed)} unfinished; {audio:.1f} s of audio, "
           f"{words} reference words")
     if done:
-        plain = pooled_wer(done)
+        plain = jiwer.wer(refs, hyps)
         spelled = jiwer.wer([normalized(r) for r in refs], [normalized(h) for h in hyps])
         print(f"WER {plain:.2%} (lowercase, no punctuation); {spelled:.2%} (Whisper's English "
               f"text normalizer)")

@@ -65,6 +65,15 @@ class AccountState(BaseModel):
         limit = self.limits.usage_limit_seconds if self.limits else 0.0
         return limit - self.used - self.reserved
 
+    @classmethod
+    def stored(cls, raw: bytes | None) -> AccountState:
+        """The state kept in the accounts table (an account with none yet starts empty)."""
+        return cls.model_validate_json(raw) if raw else cls()
+
+    def to_stored(self) -> bytes:
+        """What the accounts table keeps (and its changelog carries) for this state."""
+        return self.model_dump_json().encode()
+
     def forget(self, transcript_id: str) -> None:
         if transcript_id not in self.recent:
             self.recent.append(transcript_id)

@@ -297,7 +297,7 @@ class Pipeline:
     async def on_account_event(self, event: Any) -> None:
         account_id = event.account_id
         raw = self.accounts.get(account_id)
-        state = AccountState.model_validate_json(raw) if raw else AccountState()
+        state = AccountState.stored(raw)
         now = datetime.now(UTC)
         new, fx = apply(state, event, now)
         # The ledger first: a client that sees a job completed also sees it counted.
@@ -309,7 +309,7 @@ class Pipeline:
         if _is_new_job(state, event):
             self.ctx.metrics.jobs.labels("queued").inc()
         await self._carry_out(account_id, fx, now, first=_first_settled(state, fx))
-        self.accounts[account_id] = new.model_dump_json().encode()
+        self.accounts[account_id] = new.to_stored()
 
     async def _carry_out(self, account_id: str, fx: Effects, now: datetime,
                          first: Collection[str] = ()) -> None:

@@ -155,7 +155,7 @@ class Reconciler:
         settle_s = self.ctx.settings.realtime.lease_ttl_s
         if self.holding is None:  # once per start or rebalance: every state is parsed
             self.holding = {account_id for account_id, raw in list(self.table.items())
-                            if raw and AccountState.model_validate_json(raw).live}
+                            if AccountState.stored(raw).live}
         for account_id in sorted(self.holding):
             state = self._state(account_id)
             if state is None or not state.live \
@@ -176,7 +176,7 @@ class Reconciler:
         but those in ``skip`` (dispatched by this process since the recovery)."""
         resumed = []
         for account_id, raw in list(self.table.items()):
-            state = AccountState.model_validate_json(raw) if raw else AccountState()
+            state = AccountState.stored(raw)
             for tid, run in state.processing.items():
                 if tid in skip:
                     continue
@@ -190,7 +190,7 @@ class Reconciler:
 
     def _state(self, account_id: str) -> AccountState | None:
         raw = self.table.get(account_id)
-        return AccountState.model_validate_json(raw) if raw else None
+        return AccountState.stored(raw) if raw else None
 
     def _ready(self) -> bool:
         """Not while a rebalance or table recovery is under way: the state is incomplete."""

@@ -77,6 +77,14 @@ def test_an_aged_account_is_never_changed_in_place() -> None:
     assert len(done.recent) == RECENT_MAX and done.used == 10
 
 
+def test_the_stored_state_reads_back_as_it_was_and_none_is_an_empty_account() -> None:
+    state, _ = run(AccountState(), sub("t0"), sub("t1"), sub("t2"),
+                   DurationKnown(account_id="a", transcript_id="t0", duration=10))
+    assert AccountState.stored(state.to_stored()) == state
+    assert state.queue == ["t2"] and state.processing["t0"].admitted
+    assert AccountState.stored(None) == AccountState() == AccountState.stored(b"")
+
+
 def test_cancel_releases_without_counting() -> None:
     state, _ = run(AccountState(), sub("t0"), sub("t1"), sub("t2"),
                    DurationKnown(account_id="a", transcript_id="t0", duration=30))
