@@ -1,7 +1,7 @@
 """End-to-end batch benchmark: real speech through the service API, against the bare model.
 
 ``python -m bench.pipeline [--asterisk16 60] [--accounts 4] [--min-seconds S]
-[--url URL --key KEY]``
+[--aged N] [--url URL --key KEY]``
 
 Starts an embedded stack (``a5s up`` in a temporary directory, as the integration
 tests do) or uses a running one (``--url`` and ``--key``), serves the eval set on
@@ -31,6 +31,11 @@ lone tail), which, unlike wall time, another process's load hardly moves. With p
 hand (``PY_SPY`` or on the path) the service's CPU is split by thread, and the threads
 beside the models are set against the models' own threads of the same pass: both see the
 same machine, so that share moves less from run to run than the wall-time overhead.
+
+The benchmark's accounts are new, where a service's are not: ``--aged N`` first ages each
+of them as if ``N`` of its jobs had already ended (``N`` cancellations of unknown ids sent
+straight to ``account-events``; the accounts agent remembers each id that leaves an
+account, ``pipeline.accounts.RECENT_MAX`` at most), outside the timing.
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -392,6 +397,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default="base", help="Whisper model of the bare run")
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds to wait for jobs")
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
+    parser.add_argument("--aged", type=int, default=0, metavar="N",
+                        help="age each account first by N ended jobs (a stack of our own)")
     parser.add_argument("--repeat", type=int, default=1,
                         help="N > 1: N service and bare passes, alternately, on the same stack "
                              "and models; prints each pair (with its WER) and the median overhead")
@@ -426,9 +433,18 @@ def main(argv: list[str] | None = None) -> None:
             t0 = time.monotonic()
             stack.start()
             print(f"stack up in {time.monotonic() - t0:.1f} s ({data})")
-            keys = [stack.new_account()[1] for _ in range(max(1, args.accounts))]
+            accounts = [stack.new_account() for _ in range(max(1, args.accounts))]
+            keys = [key for _, key in accounts]
             base_url = stack.url("")
-            warm_up(base_url, keys[0], server.url("real/whisper/jfk.flac"))
+            if args.aged:
+                t0 = time.monotonic()
+                age_accounts(f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}",
+                             [account_id for account_id, _ in accounts], args.aged)
+            for key in keys if args.aged else keys[:1]:  # each behind its account's events
+                warm_up(base_url, key, server.url("real/whisper/jfk.flac"))
+            if args.aged:
+                print(f"{len(keys)} accounts aged by {args.aged} ended jobs each in "
+                      f"{time.monotonic() - t0:.1f} s")
         run_dir = stack.data_dir / "run" if stack is not None else None
         if args.repeat > 1:
             run_pairs(base_url, keys, server.url, items, args.eval, args.model, args.timeout,
@@ -553,6 +569,35 @@ def by_thread_name(cpu: dict[tuple[int, str], float], names: dict[int, str]) -> 
         name = names.get(tid, kernel_name).rstrip("0123456789_-:.") or "?"
         out[name] = out.get(name, 0.0) + seconds
     return out
+
+
+def age_accounts(bootstrap: str, account_ids: list[str], ended: int) -> None:
+    """As if ``ended`` jobs of each account had ended: a cancellation of an id the account
+    never had makes the accounts agent remember it, as an ended job's id."""
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+
+    from schemas.ids import transcript_id
+    from schemas.records import Canceled
+    from schemas.settings import Settings
+    from topologies.topics import ACCOUNT_EVENTS
+
+    topic = Settings().topic_prefix + ACCOUNT_EVENTS.name  # type: ignore[call-arg]
+
+    async def send() -> None:
+        producer = AIOKafkaProducer(bootstrap_servers=bootstrap, linger_ms=5)
+        await producer.start()
+        try:
+            for account_id in account_ids:
+                sent = [await producer.send(topic, ACCOUNT_EVENTS.encode(Canceled(
+                    account_id=account_id, transcript_id=transcript_id(),
+                    at=datetime.now(UTC))), key=account_id.encode()) for _ in range(ended)]
+                await asyncio.gather(*sent)
+        finally:
+            await producer.stop()
+
+    asyncio.run(send())
 
 
 def warm_up(base_url: str, key: str, url: str) -> None:

@@ -12,17 +12,27 @@ from __future__ import annotations
 import copy
 from datetime import datetime, timedelta
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PrivateAttr
 
 from schemas.records import (AccountEvent, AccountLimits, Admission, Canceled, Dispatch,
                              DurationKnown, Finished, LimitsChanged, SessionClosed,
                              SessionLost, SessionOpened, Settled, Submitted)
 
-__all__ = ["AccountState", "Running", "LiveReservation", "Effects", "StateChange", "apply",
-           "lost_holds", "RECENT_MAX", "LIVE_HOLD_GRACE"]
+__all__ = ["AccountState", "Running", "LiveReservation", "RecentPage", "Effects", "StateChange",
+           "apply", "lost_holds", "RECENT_MAX", "RECENT_PAGE", "LIVE_HOLD_GRACE"]
 
 RECENT_MAX = 4096
-"""How many finished job ids are remembered to recognise replays."""
+"""How many ids that left an account (jobs finished or canceled, sessions closed) are at
+least remembered, to recognise replays."""
+
+RECENT_PAGE = 256
+"""Left ids kept in the account's own state. The state is written whole on every event
+(three a job), so each time this many have left they move to a page of their own
+(``RecentPage``, written once): an aged account's state stays a few KiB instead of
+carrying all ``RECENT_MAX`` ids (128 KiB) on every write."""
+
+RECENT_PAGES = RECENT_MAX // RECENT_PAGE
+"""Pages consulted besides the state's own ids."""
 
 LIVE_HOLD_GRACE = timedelta(minutes=15)
 """How long past its own limit a live session's reservation is held without its close,
@@ -52,7 +62,13 @@ class AccountState(BaseModel):
     """Open live sessions by id, each holding the usage it may still bill."""
     used: float = 0.0
     recent: list[str] = Field(default_factory=list)
-    """Ids that left the account (finished or canceled), oldest first, bounded."""
+    """Ids that left the account, oldest first, not yet moved to a page."""
+    pages: int = 0
+    """Pages of left ids written so far; page ``n`` holds the ids that left
+    ``n * RECENT_PAGE`` to ``(n + 1) * RECENT_PAGE - 1``."""
+    _older: tuple[frozenset[str], ...] = PrivateAttr(default=())
+    """The ids of the last ``RECENT_PAGES`` pages (up to page ``pages - 1``), oldest first:
+    loaded with the state by whoever reads it from the tables (``AccountTables``)."""
 
     @property
     def reserved(self) -> float:
@@ -74,10 +90,33 @@ class AccountState(BaseModel):
         """What the accounts table keeps (and its changelog carries) for this state."""
         return self.model_dump_json().encode()
 
-    def forget(self, transcript_id: str) -> None:
-        if transcript_id not in self.recent:
-            self.recent.append(transcript_id)
-            del self.recent[:-RECENT_MAX]
+    def with_older(self, older: tuple[frozenset[str], ...]) -> AccountState:
+        """This state, given the ids of its last pages (as ``AccountTables`` reads them)."""
+        self._older = older[-RECENT_PAGES:]
+        return self
+
+    def has_left(self, id_: str) -> bool:
+        """Whether the job or session ``id_`` left the account lately (finished, canceled or
+        closed): a later event of it is a replay."""
+        return id_ in self.recent or any(id_ in page for page in self._older)
+
+    def forget(self, id_: str) -> None:
+        if not self.has_left(id_):
+            self.recent.append(id_)
+
+
+class RecentPage(BaseModel):
+    """``RECENT_PAGE`` ids that left an account, as the ``account-recent`` table keeps them."""
+
+    number: int
+    ids: list[str]
+
+    @classmethod
+    def stored(cls, raw: bytes) -> RecentPage:
+        return cls.model_validate_json(raw)
+
+    def to_stored(self) -> bytes:
+        return self.model_dump_json().encode()
 
 
 class StateChange(BaseModel):
@@ -102,6 +141,8 @@ class Effects(BaseModel):
     sessions_closed: list[SessionClosed] = Field(default_factory=list)
     """Live sessions whose ``stream`` usage event is to be recorded (idempotent by id, so
     a replay records it again harmlessly)."""
+    pages: list[RecentPage] = Field(default_factory=list)
+    """Pages of left ids to store (before the state: a replay writes them again, the same)."""
 
 
 def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[AccountState,
@@ -116,7 +157,7 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
                 run = state.processing[tid]
                 fx.dispatch.append(Dispatch(account_id=event.account_id, transcript_id=tid,
                                             started_at=run.started_at))
-            elif tid not in state.queue and tid not in state.recent:
+            elif tid not in state.queue and not state.has_left(tid):
                 state.queue.append(tid)
         case Canceled():
             tid = event.transcript_id
@@ -143,7 +184,7 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
         case Finished():
             tid = event.transcript_id
             run = state.processing.pop(tid, None)
-            if run is not None or tid in state.recent:
+            if run is not None or state.has_left(tid):
                 if run is not None and event.status == "completed":
                     counted = event.duration if event.duration is not None else run.duration
                     state.used += counted or 0.0
@@ -158,7 +199,7 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
             state.limits = event.limits
         case SessionOpened():
             sid = event.session_id
-            if event.limit_ms > 0 and sid not in state.recent and sid not in state.live:
+            if event.limit_ms > 0 and not state.has_left(sid) and sid not in state.live:
                 state.live[sid] = LiveReservation(
                     seconds=event.limit_ms / 1000.0, since=event.at,
                     until=event.at + timedelta(milliseconds=event.limit_ms) + LIVE_HOLD_GRACE)
@@ -167,21 +208,34 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
         case SessionClosed():
             fx.sessions_closed.append(event)
             state.live.pop(event.session_id, None)
-            if event.session_id not in state.recent:
+            if not state.has_left(event.session_id):
                 state.used += event.billed_ms / 1000.0
                 fx.usage_seconds = event.billed_ms / 1000.0
                 state.forget(event.session_id)
     for sid in [sid for sid, held in state.live.items() if held.until < now]:
         del state.live[sid]
     _fill_slots(state, event.account_id, now, fx)
+    _spill(state, fx)
     return state, fx
 
 
 def _copied(state: AccountState) -> AccountState:
-    """A deep copy whose ``recent`` is copied as a list only: its ids are immutable
-    strings, and deep-copying an aged account's 4,096 of them took 1.75 ms of an event's
-    2.7 ms (``python -m bench.accounts``)."""
-    return copy.deepcopy(state, {id(state.recent): list(state.recent)})
+    """A deep copy whose left ids are copied as a list only, and whose pages are shared:
+    the ids are immutable strings, the pages frozen sets, and deep-copying 4,096 ids took
+    1.75 ms of an event's 2.7 ms (``python -m bench.accounts``)."""
+    return copy.deepcopy(state, {id(state.recent): list(state.recent),
+                                 id(state._older): state._older})
+
+
+def _spill(state: AccountState, fx: Effects) -> None:
+    """Moves each full page of left ids out of the state (a state stored before pages
+    existed moves all of its ids at once)."""
+    while len(state.recent) >= RECENT_PAGE:
+        page = RecentPage(number=state.pages, ids=state.recent[:RECENT_PAGE])
+        fx.pages.append(page)
+        state.recent = state.recent[RECENT_PAGE:]
+        state.pages += 1
+        state.with_older(state._older + (frozenset(page.ids),))
 
 
 def lost_holds(state: AccountState, leased: set[str], now: datetime,

@@ -31,9 +31,10 @@ from stores.context import Context
 from stores.retention import SWEEP_INTERVAL_S, sweep_once
 from stores.transcripts import Transcripts
 from topologies.graph import Node, worker_nodes
-from topologies.tables import ACCOUNTS
+from topologies.tables import ACCOUNT_RECENT, ACCOUNTS, TableSpec
 from topologies.topics import ADMISSIONS, CHANGELOG_CONFIG, DISPATCH, SETTLED, TopicSpec
 
+from .account_tables import AccountTables
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
 from .faust_transport import WATCH_INTERVAL_S, App, PartitionWatch
@@ -78,7 +79,7 @@ def _is_new_job(old: AccountState, event: Any) -> bool:
     """A ``submitted`` event seen for the first time (not a replay)."""
     tid = getattr(event, "transcript_id", None)
     return (isinstance(event, Submitted) and tid not in old.queue
-            and tid not in old.processing and tid not in old.recent)
+            and tid not in old.processing and not old.has_left(tid))
 
 
 def _first_settled(old: AccountState, fx: Effects) -> set[str]:
@@ -132,10 +133,13 @@ class Pipeline:
         self._topics: dict[str, Any] = {}
         self.reconciler: Reconciler | None = None
         """Set when this process runs the reconcile node; told of each dispatch."""
-        self.accounts = app.Table(ACCOUNTS.name, default=None, key_type=str, value_type=bytes,
-                                  partitions=self.settings.partitions,
-                                  use_partitioner=ACCOUNTS.use_partitioner,
-                                  extra_topic_configs=CHANGELOG_CONFIG)
+        self.accounts = AccountTables(self._table(ACCOUNTS), self._table(ACCOUNT_RECENT))
+
+    def _table(self, spec: TableSpec) -> Any:
+        return self.app.Table(spec.name, default=None, key_type=str, value_type=bytes,
+                              partitions=self.settings.partitions,
+                              use_partitioner=spec.use_partitioner,
+                              extra_topic_configs=CHANGELOG_CONFIG)
 
     def topic(self, spec: TopicSpec[Any]) -> Any:
         name = self.settings.topic_prefix + spec.name
@@ -296,8 +300,7 @@ class Pipeline:
 
     async def on_account_event(self, event: Any) -> None:
         account_id = event.account_id
-        raw = self.accounts.get(account_id)
-        state = AccountState.stored(raw)
+        state = self.accounts.state(account_id)
         now = datetime.now(UTC)
         new, fx = apply(state, event, now)
         # The ledger first: a client that sees a job completed also sees it counted.
@@ -309,7 +312,7 @@ class Pipeline:
         if _is_new_job(state, event):
             self.ctx.metrics.jobs.labels("queued").inc()
         await self._carry_out(account_id, fx, now, first=_first_settled(state, fx))
-        self.accounts[account_id] = new.to_stored()
+        self.accounts.put(account_id, new, fx.pages)
 
     async def _carry_out(self, account_id: str, fx: Effects, now: datetime,
                          first: Collection[str] = ()) -> None:

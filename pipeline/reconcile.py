@@ -43,6 +43,7 @@ from stores.context import Context
 from stores.transcripts import Transcripts
 from topologies.topics import ACCOUNT_EVENTS, DISPATCH
 
+from .account_tables import AccountTables
 from .accounts import AccountState, lost_holds
 from .faust_transport import settled
 
@@ -69,13 +70,13 @@ def unseen(rows: Iterable[TranscriptRow], state_of: Callable[[str], AccountState
             continue
         state = state_of(row.account_id) or AccountState()
         if row.id not in state.queue and row.id not in state.processing \
-                and row.id not in state.recent:
+                and not state.has_left(row.id):
             lost.append(row)
     return lost
 
 
 class Reconciler:
-    def __init__(self, app: Any, ctx: Context, table: Any,
+    def __init__(self, app: Any, ctx: Context, table: AccountTables,
                  publish: Callable[..., Any]) -> None:
         self.app = app
         self.ctx = ctx
@@ -154,8 +155,8 @@ class Reconciler:
         freed: list[str] = []
         settle_s = self.ctx.settings.realtime.lease_ttl_s
         if self.holding is None:  # once per start or rebalance: every state is parsed
-            self.holding = {account_id for account_id, raw in list(self.table.items())
-                            if AccountState.stored(raw).live}
+            self.holding = {account_id for account_id, state in self.table.items()
+                            if state.live}
         for account_id in sorted(self.holding):
             state = self._state(account_id)
             if state is None or not state.live \
@@ -175,8 +176,7 @@ class Reconciler:
         """Dispatch again every job the recovered ledger holds as processing (see above),
         but those in ``skip`` (dispatched by this process since the recovery)."""
         resumed = []
-        for account_id, raw in list(self.table.items()):
-            state = AccountState.stored(raw)
+        for account_id, state in self.table.items():
             for tid, run in state.processing.items():
                 if tid in skip:
                     continue
@@ -189,8 +189,7 @@ class Reconciler:
         return resumed
 
     def _state(self, account_id: str) -> AccountState | None:
-        raw = self.table.get(account_id)
-        return AccountState.stored(raw) if raw else None
+        return self.table.get(account_id)
 
     def _ready(self) -> bool:
         """Not while a rebalance or table recovery is under way: the state is incomplete."""

@@ -32,7 +32,7 @@ from . import objects as O
 from . import redis_keys as R
 from .objects import ObjectKey
 from .redis_keys import RedisKey
-from .tables import ACCOUNTS, WEBHOOK_DELIVERIES, TableSpec
+from .tables import ACCOUNT_RECENT, ACCOUNTS, WEBHOOK_DELIVERIES, TableSpec
 from .topics import (ACCOUNT_EVENTS, ADMISSIONS, CHUNKS, COMPLETED, DISPATCH, OUTCOMES,
                      REALTIME_AUDIO, REALTIME_MESSAGES, SETTLED, TOPICS, TRANSCRIBED, WEBHOOKS,
                      TopicSpec)
@@ -115,7 +115,8 @@ GRAPH: tuple[Node, ...] = (
     Node("accounts", "service",
          "single writer of per-account state: FIFO queue, processing slots, usage ledger",
          handler="pipeline.app:Pipeline.install_accounts",
-         reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS, SETTLED), tables=(ACCOUNTS,),
+         reads=(ACCOUNT_EVENTS,), writes=(DISPATCH, ADMISSIONS, SETTLED),
+         tables=(ACCOUNTS, ACCOUNT_RECENT),
          redis_read=(R.TRANSCRIPT,),
          redis_written=(R.LEDGER, R.QUEUED, R.TRANSCRIPT, R.TRANSCRIPT_LIST),
          clickhouse=True),
@@ -124,7 +125,7 @@ GRAPH: tuple[Node, ...] = (
          "the jobs its recovered ledger holds as processing, and frees the usage held for "
          "live sessions whose lease is gone",
          handler="pipeline.app:Pipeline.install_reconcile",
-         writes=(ACCOUNT_EVENTS, DISPATCH), tables_read=(ACCOUNTS,),
+         writes=(ACCOUNT_EVENTS, DISPATCH), tables_read=(ACCOUNTS, ACCOUNT_RECENT),
          redis_read=(R.CANCELED, R.ACCOUNT_CACHE, R.LIVE),
          clickhouse=True),
     Node("decode", "stage",

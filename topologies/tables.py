@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["TableSpec", "TABLES", "ACCOUNTS", "WEBHOOK_DELIVERIES"]
+__all__ = ["TableSpec", "TABLES", "ACCOUNTS", "ACCOUNT_RECENT", "WEBHOOK_DELIVERIES"]
 
 
 @dataclass(frozen=True)
@@ -25,8 +25,11 @@ class TableSpec:
 
 ACCOUNTS = TableSpec("accounts", "account_id", "pipeline.accounts:AccountState",
                      "per-account FIFO queue, processing slots and usage ledger")
+ACCOUNT_RECENT = TableSpec("account-recent", "account_id/slot", "pipeline.accounts:RecentPage",
+                           "pages of the ids that left each account, to recognise replays "
+                           "(one written per 256 ids)")
 WEBHOOK_DELIVERIES = TableSpec("webhook-deliveries", "transcript_id", "pipeline.webhooks:Delivery",
                                "each transcript's webhook schedule and outcome",
                                use_partitioner=True)
 
-TABLES: tuple[TableSpec, ...] = (ACCOUNTS, WEBHOOK_DELIVERIES)
+TABLES: tuple[TableSpec, ...] = (ACCOUNTS, ACCOUNT_RECENT, WEBHOOK_DELIVERIES)

@@ -8,11 +8,16 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
+import httpx
 import pytest
-from aiokafka import AIOKafkaConsumer, TopicPartition
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from prometheus_client.parser import text_string_to_metric_families
 
 from ops.stack import EvalServer, Stack, free_port
+from schemas.records import AccountLimits, Submitted
+from topologies.topics import ACCOUNT_EVENTS, TopicSpec
 
 pytestmark = pytest.mark.stack
 
@@ -92,13 +97,31 @@ async def _changelog_records(bootstrap: str, suffix: str) -> tuple[int, int]:
         await consumer.stop()
 
 
-JOBS = 250
+JOBS = 260
+"""More than ``RECENT_PAGE`` (256): the first ids that left the account move to a page."""
+
+
+async def _publish(bootstrap: str, spec: TopicSpec, key: str, value: object) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await producer.start()
+    try:
+        await producer.send_and_wait("a5s." + spec.name, spec.encode(value), key=key.encode())
+    finally:
+        await producer.stop()
+
+
+def _counted(stack: Stack, name: str, **labels: str) -> float:
+    families = text_string_to_metric_families(httpx.get(stack.url("/metrics")).text)
+    return sum(s.value for f in families for s in f.samples
+               if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
 
 
 def test_the_accounts_changelog_is_compacted_as_it_grows(own_stack: Stack) -> None:
     """An account's state is written whole on every change; old versions must not pile up
-    in the broker (the embedded one keeps its log in memory)."""
-    _, key = own_stack.new_account()
+    in the broker (the embedded one keeps its log in memory). Its first ids to leave move
+    to a page (``account-recent``), which a restarted worker recovers with the state: a
+    replayed submission of such a job is still recognised."""
+    account_id, key = own_stack.new_account()
     dead = f"http://127.0.0.1:{free_port()}/nothing.wav"  # refused: each job fails fast
     with own_stack.client(key) as client:
         ids = []
@@ -123,3 +146,16 @@ def test_the_accounts_changelog_is_compacted_as_it_grows(own_stack: Stack) -> No
         resp = client.post("/v1/transcripts", json={"audio_url": dead})
         assert resp.status_code == 201
         assert own_stack.wait_transcript(client, resp.json()["id"])["status"] == "error"
+
+    own_stack.restart_service()  # SIGKILL: both tables come back from their changelogs
+    queued = _counted(own_stack, "a5s_jobs_total", state="queued")
+    asyncio.run(_publish(bootstrap, ACCOUNT_EVENTS, account_id, Submitted(
+        account_id=account_id, transcript_id=ids[0], at=datetime.now(UTC),
+        limits=AccountLimits(usage_limit_seconds=3600))))
+    with own_stack.client(key) as client:  # behind the replay on the account's partition
+        resp = client.post("/v1/transcripts", json={"audio_url": dead})
+        assert resp.status_code == 201
+        assert own_stack.wait_transcript(client, resp.json()["id"])["status"] == "error"
+        assert client.get(f"/v1/transcripts/{ids[0]}").json()["status"] == "error"
+    assert _counted(own_stack, "a5s_jobs_total", state="queued") == queued + 1, \
+        "the replayed submission of a job in the account's first page was queued again"

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from pipeline.accounts import LIVE_HOLD_GRACE, RECENT_MAX, AccountState, apply, lost_holds
+from pipeline.accounts import (LIVE_HOLD_GRACE, RECENT_MAX, RECENT_PAGE, AccountState, apply,
+                               lost_holds)
 from schemas.records import (AccountLimits, Canceled, DurationKnown, Finished, SessionClosed,
                              SessionLost, SessionOpened, Submitted)
 
@@ -62,19 +63,25 @@ def test_replays_never_count_twice() -> None:
 
 
 def test_an_aged_account_is_never_changed_in_place() -> None:
-    """``apply`` copies the ids it remembers as a list only (strings are immutable): the
-    state it was given, nested models included, stays as it was, and the new one forgets
-    the oldest id once a finish goes past ``RECENT_MAX``."""
-    state, _ = run(AccountState(recent=[f"old{i}" for i in range(RECENT_MAX)]), sub("t0"))
+    """``apply`` copies the ids it remembers as a list only, and shares the pages' frozen
+    sets: the state it was given, nested models included, stays as it was. A state stored
+    before pages existed (all ``RECENT_MAX`` ids in it) moves them to pages at once."""
+    old = [f"old{i}" for i in range(RECENT_MAX)]
+    state, fx = run(AccountState(recent=old[:-1]), sub("t0"))
+    assert [p.number for p in fx[0].pages] == list(range(RECENT_MAX // RECENT_PAGE - 1))
+    assert [i for p in fx[0].pages for i in p.ids] == old[:-RECENT_PAGE]
+    assert state.pages == RECENT_MAX // RECENT_PAGE - 1 and state.recent == old[-RECENT_PAGE:-1]
     before = state.model_dump_json()
     known, _ = apply(state, DurationKnown(account_id="a", transcript_id="t0", duration=10), NOW)
     assert known.processing["t0"].admitted and state.processing["t0"].admitted is None
-    done, _ = apply(known, Finished(account_id="a", transcript_id="t0", status="completed",
-                                    duration=10), NOW)
+    done, fx = apply(known, Finished(account_id="a", transcript_id="t0", status="completed",
+                                     duration=10), NOW)
     assert state.model_dump_json() == before and "t0" in known.processing
-    assert known.recent is not done.recent and known.recent[-1] == "old4095"
-    assert done.recent[0] == "old1" and done.recent[-1] == "t0"
-    assert len(done.recent) == RECENT_MAX and done.used == 10
+    assert known.recent is not done.recent and known.recent[-1] == "old4094"
+    assert done.recent == [] and done.pages == RECENT_MAX // RECENT_PAGE and done.used == 10
+    assert [(p.number, p.ids) for p in fx.pages] == [(done.pages - 1,
+                                                      old[-RECENT_PAGE:-1] + ["t0"])]
+    assert all(done.has_left(i) for i in old[:-1] + ["t0"]) and not state.has_left("t0")
 
 
 def test_the_stored_state_reads_back_as_it_was_and_none_is_an_empty_account() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
+from pipeline.account_tables import AccountTables
 from pipeline.accounts import AccountState, Running
 from pipeline.reconcile import partition_of, unseen
 from schemas.rows import TranscriptRow
@@ -61,7 +62,7 @@ async def test_processing_jobs_are_dispatched_again_after_each_change_of_partiti
         return []
 
     ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-", partitions=4))
-    reconciler = Reconciler(app, ctx, table, publish)  # type: ignore[arg-type]
+    reconciler = Reconciler(app, ctx, AccountTables(table, {}), publish)  # type: ignore[arg-type]
     reconciler.once = no_lost_rows  # type: ignore[method-assign]
 
     await reconciler.tick()  # process start
@@ -108,7 +109,8 @@ class _Worker:
 
         ctx = SimpleNamespace(ch=None, settings=SimpleNamespace(topic_prefix="a5s-",
                                                                 partitions=4))
-        self.reconciler = Reconciler(self.app, ctx, self.table, publish)  # type: ignore[arg-type]
+        tables = AccountTables(self.table, {})
+        self.reconciler = Reconciler(self.app, ctx, tables, publish)  # type: ignore[arg-type]
         self.reconciler.once = no_lost_rows  # type: ignore[method-assign]
 
     def processing(self, *tids: str) -> None:
@@ -201,7 +203,8 @@ async def test_lost_holds_are_freed_and_only_holding_accounts_are_read(valkey: s
         sent.append((key, value))
 
     try:
-        reconciler = Reconciler(SimpleNamespace(), ctx, table, publish)  # type: ignore[arg-type]
+        tables = AccountTables(table, {})
+        reconciler = Reconciler(SimpleNamespace(), ctx, tables, publish)  # type: ignore[arg-type]
         later = NOW + timedelta(seconds=40)
         assert await reconciler.free_lost_holds(later, owned) == ["s_dead"]   # no lease
         assert asked == ["acct_a"], "an account holding nothing is not asked about"
