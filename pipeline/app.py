@@ -38,6 +38,7 @@ from .account_tables import AccountTables
 from .accounts import AccountState, Effects, apply
 from .engines import Engines
 from .faust_transport import WATCH_INTERVAL_S, App, PartitionWatch
+from .log_trim import TRIM_INTERVAL_S, BatchLogTrim
 from .reconcile import RECONCILE_INTERVAL_S, Reconciler
 from .stages import Ports, Publish, fail
 from .stages.decode import url_fetcher
@@ -216,6 +217,10 @@ class Pipeline:
             topic=self.settings.topic_prefix + item.reads[0].name, metrics=self.ctx.metrics)
         self._agent(item, self.webhooks.on_due, retries=None)
         self.app.timer(SCAN_INTERVAL_S, name="a5s.webhooks-due")(self.webhooks.tick)
+
+    def install_trim(self, item: Node) -> None:
+        self.log_trim = BatchLogTrim(self.app, self.settings, item.trims)
+        self.app.timer(TRIM_INTERVAL_S, name="a5s.log-trim")(self.log_trim.tick)
 
     def install_retention(self, item: Node) -> None:
         self.app.timer(SWEEP_INTERVAL_S, name="a5s.retention")(self.sweep)

@@ -207,6 +207,10 @@ class Settings(BaseSettings):
 
     topic_prefix: str = "a5s."
     partitions: int = 4
+    log_keep_s: float = 30.0
+    """The workers delete the batch topics' records their consumer group committed this
+    long ago (``pipeline.log_trim``; the public ``transcripts.completed`` is kept for its
+    retention). The embedded broker's CPU grows with what its log holds. 0: off."""
     replication_factor: int = 1
     app_id: str = "a5s"
     embedded: EmbeddedPorts = EmbeddedPorts()

@@ -72,6 +72,8 @@ class Node:
     """Clean-up: what the node removes once a job no longer needs it."""
     redis_read: tuple[RedisKey, ...] = ()
     redis_written: tuple[RedisKey, ...] = ()
+    trims: tuple[TopicSpec[Any], ...] = ()
+    """Topics whose records the node deletes once no reader needs them (before retention)."""
     clickhouse: bool = False
     """Reads or writes ClickHouse's tables (transcripts, results, usage, accounts)."""
     retry_forever: bool = False
@@ -183,7 +185,14 @@ GRAPH: tuple[Node, ...] = (
     Node("realtime", "service",
          "per-session streaming decoder state; transcript messages back to the gateway",
          handler="pipeline.app:Pipeline.install_realtime",
-         reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES, REALTIME_AUDIO)),
+         reads=(REALTIME_AUDIO,), writes=(REALTIME_MESSAGES, REALTIME_AUDIO),
+         trims=(REALTIME_AUDIO, REALTIME_MESSAGES)),
+    Node("trim", "service",
+         "timer: deletes the batch topics' records the workers' group committed log_keep_s "
+         "ago (the embedded broker's CPU grows with its log)",
+         handler="pipeline.app:Pipeline.install_trim",
+         trims=(ACCOUNT_EVENTS, DISPATCH, ADMISSIONS, CHUNKS, TRANSCRIBED, OUTCOMES, SETTLED,
+                WEBHOOKS)),
 )
 
 
@@ -228,7 +237,8 @@ def describe(prefix: str = "") -> str:
     for t in TOPICS:
         out.append(f"  {prefix + t.name:<24} {t.key:<15} {_type_name(t.value)}")
         out.append(f"      writers: {_who(lambda n, t=t: t in n.writes)}; "
-                   f"readers: {_who(lambda n, t=t: t in n.reads)}")
+                   f"readers: {_who(lambda n, t=t: t in n.reads)}; "
+                   f"trimmed by: {_who(lambda n, t=t: t in n.trims)}")
     out += ["", "TABLES (key -> value)                          owned by / read by"]
     from .tables import TABLES
     for tb in TABLES:
