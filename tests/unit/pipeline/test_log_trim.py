@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 from aiokafka import TopicPartition
+from aiokafka.structs import OffsetAndMetadata
 
 from pipeline.log_trim import consumed
 from pipeline.realtime.trim import LogTrim
@@ -14,8 +13,8 @@ from topologies.graph import node
 def test_only_the_held_partitions_of_the_trimmed_topics_with_a_commit_count() -> None:
     ours, public = TopicPartition("a5s.dispatch", 0), TopicPartition("a5s.transcripts.completed", 0)
     elsewhere, fresh = TopicPartition("a5s.dispatch", 1), TopicPartition("a5s.settled", 0)
-    committed = {ours: SimpleNamespace(offset=40), public: SimpleNamespace(offset=9),
-                 elsewhere: SimpleNamespace(offset=7), fresh: SimpleNamespace(offset=-1)}
+    committed = {ours: OffsetAndMetadata(40, ""), public: OffsetAndMetadata(9, ""),
+                 elsewhere: OffsetAndMetadata(7, ""), fresh: OffsetAndMetadata(-1, "")}
     topics = {"a5s." + t.name for t in node("trim").trims}
     assert consumed(committed, topics, held={ours, public, fresh}) == {ours: 40}
 
