@@ -16,7 +16,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
+from aiokafka import AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
@@ -195,6 +195,24 @@ def _pause(live: bool, quiet_s: float, pause_s: float, live_pause_s: float,
     return pause_s if quiet_s < live_idle_s else math.inf
 
 
+CAUGHT_UP_RECORDS = 32
+"""A fetch that left each of its partitions at most this many records short of its high
+watermark brought all they held (a fetch takes up to 1 MiB a partition; the pipeline's
+records are well under 32 KiB)."""
+
+
+def caught_up(assignment: Any, request: Any) -> bool:
+    """Every partition of a fetch ``request`` was at most :data:`CAUGHT_UP_RECORDS` short of
+    its high watermark (as the answer told it) when the fetch went out."""
+    for topic, partitions in request.topics:
+        for partition, offset, *_ in partitions:
+            state = assignment.state_value(TopicPartition(topic, partition))
+            highwater = getattr(state, "highwater", None) if state is not None else None
+            if highwater is not None and highwater - offset > CAUGHT_UP_RECORDS:
+                return False
+    return True
+
+
 class _Wakeups:
     """Consumers of this process paused after an empty fetch, woken as soon as one of this
     process's producers has a record acknowledged on a partition they fetch.
@@ -268,6 +286,11 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
     CPU a second; woken, with 250 ms, 0.46 s and 33 ms (``python -m bench.lone``). The live
     consumers are not woken: on every 60 ms audio record that cost more than it saved.
 
+    A woken consumer pauses alike after a fetch that brought records and left it caught up
+    (:func:`caught_up`), once it has handed them over: otherwise each record of a job's
+    hop cost a second fetch, of every partition it holds, which came back empty. The next
+    record produced here wakes it, as after an empty fetch.
+
     A live consumer (:data:`LIVE_CLIENT`) that received a record in the last
     ``live_busy_s`` pauses at most ``live_pause_s``: with 50 ms, each of the two hops of
     live audio and transcripts waited 37-44 ms (median) under load, 17-19 ms with 10 ms.
@@ -296,24 +319,29 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
             got = await super()._proc_fetch_request(assignment, node_id, request)
             if got:
                 self._records_at = started
-            else:
-                wait = min(_pause(self._live, started - self._records_at, pause_s,
-                                  live_pause_s, live_busy_s, live_idle_s),
-                           self._fetch_max_wait_ms / 1000)
-                remaining = wait - (time.monotonic() - started)
-                if remaining > 0:
-                    # Cancelled here by ``Fetcher.close``, which awaits this task: end as
-                    # aiokafka's own fetch does when cancelled, or the consumer thread dies
-                    # with CancelledError and the worker's stop waits for it.
-                    try:
-                        if self._live:
-                            await asyncio.sleep(remaining)
-                        else:
-                            await _WAKEUPS.pause(remaining, frozenset(
-                                (topic, p[0]) for topic, parts in request.topics
-                                for p in parts), since=started)
-                    except asyncio.CancelledError:
-                        return False
+                if self._live or not caught_up(assignment, request):
+                    return True  # fetch again at once: more is waiting, or live audio flows
+                # aiokafka hands records over when this task ends: hand them over now,
+                # then pause as after an empty fetch.
+                for waiter in self._fetch_waiters:
+                    self._notify(waiter)
+            wait = min(_pause(self._live, started - self._records_at, pause_s,
+                              live_pause_s, live_busy_s, live_idle_s),
+                       self._fetch_max_wait_ms / 1000)
+            remaining = wait - (time.monotonic() - started)
+            if remaining > 0:
+                # Cancelled here by ``Fetcher.close``, which awaits this task: end as
+                # aiokafka's own fetch does when cancelled, or the consumer thread dies
+                # with CancelledError and the worker's stop waits for it.
+                try:
+                    if self._live:
+                        await asyncio.sleep(remaining)
+                    else:
+                        await _WAKEUPS.pause(remaining, frozenset(
+                            (topic, p[0]) for topic, parts in request.topics
+                            for p in parts), since=started)
+                except asyncio.CancelledError:
+                    return got
             return got
 
     send = AIOKafkaProducer.send

@@ -1,4 +1,4 @@
-"""How long a consumer of the embedded broker pauses after an empty fetch."""
+"""How long a consumer of the embedded broker pauses after an empty or a caught-up fetch."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import math
 import threading
 import time
 
-from stores.kafka import _WAKEUPS, _pause
+from types import SimpleNamespace
+
+from aiokafka import TopicPartition
+
+from stores.kafka import _WAKEUPS, CAUGHT_UP_RECORDS, _pause, caught_up
 
 
 def test_live_consumers_poll_fast_while_records_flow_and_slowly_when_long_idle() -> None:
@@ -49,3 +53,33 @@ def test_a_record_produced_while_the_empty_fetch_came_back_skips_the_pause() -> 
     started = time.monotonic()
     asyncio.run(_WAKEUPS.pause(30.0, frozenset({("wake-c", 3)}), since=fetched))
     assert time.monotonic() - started < 5.0
+
+
+class _Assignment:
+    """aiokafka's assignment as ``caught_up`` reads it: each partition's high watermark."""
+
+    def __init__(self, highwater: dict[tuple[str, int], int | None]) -> None:
+        self._state = {TopicPartition(t, p): SimpleNamespace(highwater=h)
+                       for (t, p), h in highwater.items()}
+
+    def state_value(self, tp: TopicPartition) -> SimpleNamespace | None:
+        return self._state.get(tp)
+
+
+def _request(offsets: dict[tuple[str, int], int]) -> SimpleNamespace:
+    """A fetch request's topics as aiokafka builds them: (partition, offset, max bytes)."""
+    topics: dict[str, list[tuple[int, int, int]]] = {}
+    for (topic, partition), offset in offsets.items():
+        topics.setdefault(topic, []).append((partition, offset, 1 << 20))
+    return SimpleNamespace(topics=list(topics.items()))
+
+
+def test_a_fetch_is_caught_up_when_no_partition_held_more_than_one_fetch_brings() -> None:
+    fetched = {("dispatch", 0): 10, ("dispatch", 1): 4, ("chunks", 0): 0}
+    assert caught_up(_Assignment({("dispatch", 0): 11, ("dispatch", 1): 4,
+                                  ("chunks", 0): None}), _request(fetched))
+    assert caught_up(_Assignment({("dispatch", 0): 10 + CAUGHT_UP_RECORDS, ("dispatch", 1): 4,
+                                  ("chunks", 0): 0}), _request(fetched))
+    # a backlog on one partition: fetch again at once, no pause
+    assert not caught_up(_Assignment({("dispatch", 0): 11 + CAUGHT_UP_RECORDS,
+                                      ("dispatch", 1): 4, ("chunks", 0): 0}), _request(fetched))
