@@ -217,7 +217,7 @@ def test_a_decode_that_stops_early_goes_on(models: StreamingModels) -> None:
 
 MEND = EVAL / "real" / "speechbrain" / "spk2_snt4.wav"
 """"Mend the coat before you go out": base writes "Men" and end-of-text, with no timestamp
-after it."""
+after it (on an AMD EPYC host, the whole sentence and end-of-text, still no timestamp)."""
 
 
 @pytest.fixture(scope="module")
@@ -246,7 +246,11 @@ def test_an_early_stop_without_a_timestamp_goes_on(base_models: StreamingModels,
         assert "coat before you go out" in words_of(whole.text), (decoder.model_dir, whole)
         assert words_of(whole.text).count("coat") == 1, whole     # no loop appended
         if decoder is base_models.final:
-            assert words_of(once.text) == "men" and whole.continued == 1
+            # base ends this pass with no timestamp: after "Men" on the Intel hosts, after the
+            # whole sentence on an AMD EPYC host (CTranslate2's kernels differ). Either way the
+            # rest is decoded once, and adds no loop.
+            assert whole.continued == 1 and words_of(once.text).startswith("men")
+            assert words_of(whole.text).startswith(words_of(once.text))
             assert beams == [beam, 1]           # the beam for the decode, greedy for its rest
         else:                                   # tiny.en gets it in one decode, as before
             assert once.text == whole.text and whole.continued == 0
@@ -430,7 +434,8 @@ def test_speech_resuming_discards_the_speculative_decode(models: StreamingModels
     first = finals[0]
     assert first.segment == 0 and first.start < 0.6 and first.end > 3.5, first
     text = words_of(first.text)
-    assert "greasy wash" in text and "all year and so my fellow americans" in text, text
+    # both phrases ("so my fellow americans" is "so am i fellow americans" on some CPUs)
+    assert "greasy wash" in text and "fellow americans" in text, text
     # The decode of the first phrase alone ran and was dropped: more speculative decodes
     # than segments, and no final text that stops after "all year".
     assert kinds.count(DecodeKind.PREFINAL) > len({u.segment for u in finals})
