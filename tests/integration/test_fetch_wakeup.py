@@ -11,7 +11,7 @@ import uuid
 from ops.stack import Stack
 
 # A fresh interpreter: the pacing is installed once per process, with its pause.
-_SCRIPT = """
+_PRELUDE = """
 import asyncio, sys, time
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -25,7 +25,9 @@ async def main():
     await admin.start()
     await admin.create_topics([NewTopic(topic, 1, 1)])
     await admin.close()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
+"""
+
+_SCRIPT = _PRELUDE + """    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
                                 enable_auto_commit=False)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await consumer.start()
@@ -57,21 +59,7 @@ def test_a_consumer_paused_for_30_s_gets_a_record_produced_here_at_once(stack: S
     assert float(seconds) < 10.0  # far under the 30 s pause it would otherwise sleep out
 
 
-_BACKLOG = """
-import asyncio, sys, time
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from stores.kafka import pace_empty_fetches
-
-bootstrap, topic = sys.argv[1], sys.argv[2]
-pace_empty_fetches(pause_s=30.0)
-
-async def main():
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    await admin.create_topics([NewTopic(topic, 1, 1)])
-    await admin.close()
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+_BACKLOG = _PRELUDE + """    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     sent = [await producer.send(topic, b"%03d" % n + b"x" * 97) for n in range(200)]
     await asyncio.gather(*sent)
