@@ -207,7 +207,7 @@ def caught_up(assignment: Any, request: Any) -> bool:
     for topic, partitions in request.topics:
         for partition, offset, *_ in partitions:
             state = assignment.state_value(TopicPartition(topic, partition))
-            highwater = getattr(state, "highwater", None) if state is not None else None
+            highwater = state.highwater if state is not None else None
             if highwater is not None and highwater - offset > CAUGHT_UP_RECORDS:
                 return False
     return True
