@@ -11,6 +11,7 @@ models' two files do, rather than queueing on one thread behind the ASR replicas
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json
 import logging
@@ -59,6 +60,8 @@ class AsrLayout:
     """Decode, VAD and diarization calls at once (the ``models`` pool's threads)."""
     timestamp_tokens: bool = True
     """Whisper writes timestamp tokens (see ``ModelSettings.timestamp_tokens``)."""
+    model_calls: int = 0
+    """Model calls of both pools that run at once; 0: no limit."""
 
     @classmethod
     def of(cls, m: ModelSettings, cores: int | None = None) -> "AsrLayout":
@@ -70,10 +73,11 @@ class AsrLayout:
             workers = m.asr_workers or 1
             batch = CUDA_BATCH_WITH_TIMESTAMPS if timestamps else CUDA_BATCH
             return cls(device, workers, m.cpu_threads or 1, m.batch_size or batch,
-                       m.stage_workers or workers, timestamps)
+                       m.stage_workers or workers, timestamps, m.model_calls)
         workers = m.asr_workers or max(1, min(4, cores))
-        return cls(device, workers, m.cpu_threads or max(1, cores // workers),
-                   m.batch_size or 1, m.stage_workers or workers, timestamps)
+        threads = m.cpu_threads or max(1, cores // workers)
+        return cls(device, workers, threads, m.batch_size or 1, m.stage_workers or workers,
+                   timestamps, m.model_calls or workers * threads)
 
 
 def load_zipformer(m: ModelSettings, layout: AsrLayout) -> Any:
@@ -106,6 +110,10 @@ class Engines:
         self.pool = ThreadPoolExecutor(layout.stage_workers, thread_name_prefix="models")
         self.asr_pool = ThreadPoolExecutor(layout.workers, thread_name_prefix="asr")
         self._lock = threading.Lock()
+        # Both pools' threads take a slot for each model call: with more calls than cores
+        # at once, each ran slower (see ``ModelSettings.model_calls``).
+        self._slots: Any = (threading.BoundedSemaphore(layout.model_calls)
+                            if layout.model_calls else contextlib.nullcontext())
         self._asr: Any = None
         self._diarizer: Any = None
         self._vad: Any = None
@@ -128,10 +136,16 @@ class Engines:
         """
         if inspect.iscoroutinefunction(fn):
             return await fn(*args)
-        return await asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.pool, self._slotted, fn,
+                                                                *args)
 
     async def _run_asr(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, fn, *args)
+        return await asyncio.get_running_loop().run_in_executor(self.asr_pool, self._slotted,
+                                                                fn, *args)
+
+    def _slotted(self, fn: Callable[..., Any], *args: Any) -> Any:
+        with self._slots:
+            return fn(*args)
 
     def close(self) -> None:
         self.pool.shutdown(wait=False, cancel_futures=True)

@@ -96,6 +96,12 @@ class ModelSettings(BaseModel):
     the pool their model calls run on; 0: as many as the ASR workers. With one, those
     stages of every job queued on one thread: on 2 cores, while Whisper's replicas took
     both, diarization fell behind and finished alone on one core (docs/job-path.md)."""
+    model_calls: int = Field(0, ge=0)
+    """Batch model calls (Whisper's decodes and the stages' decode, VAD and diarization)
+    that run at once across both pools; 0 chooses by device: on CPU the cores the ASR
+    workers take (workers x threads), on CUDA no limit. The two pools hold twice that many
+    threads, so that a core freed by one kind of call goes to the other; four model calls
+    on two cores took about a tenth more CPU each than two (docs/job-path.md)."""
     streaming_partial: str = "tiny.en"
     streaming_final: str = "tiny.en"
     """``base`` (finals with the batch beam): 7.09% WER on the dev items against 7.77% for

@@ -8,6 +8,7 @@ real Whisper and transducer engines on real speech.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -272,13 +273,14 @@ async def test_engines_batch_jobs_like_one_at_a_time(tmp_path: Path, model_cache
 def test_default_layout_follows_the_device_and_the_cores() -> None:
     cpu = ModelSettings(device="cpu")
     assert AsrLayout.of(cpu, cores=2) == AsrLayout("cpu", workers=2, threads=1, batch_size=1,
-                                                   stage_workers=2)
+                                                   stage_workers=2, model_calls=2)
     assert AsrLayout.of(cpu, cores=16) == AsrLayout("cpu", workers=4, threads=4, batch_size=1,
-                                                    stage_workers=4)
+                                                    stage_workers=4, model_calls=16)
     forced = ModelSettings(device="cpu", asr_workers=1, cpu_threads=2, batch_size=8)
     assert AsrLayout.of(forced, cores=2) == AsrLayout("cpu", workers=1, threads=2, batch_size=8,
-                                                      stage_workers=1)
+                                                      stage_workers=1, model_calls=2)
     assert AsrLayout.of(ModelSettings(device="cpu", stage_workers=3), cores=2).stage_workers == 3
+    assert AsrLayout.of(ModelSettings(device="cpu", model_calls=3), cores=2).model_calls == 3
     assert AsrLayout.of(cpu, cores=2).timestamp_tokens  # the CPU keeps Whisper's timestamps
     # on a GPU: one replica; no timestamp tokens, in batches of 16; with them, batches of 4
     # (larger beam-search batches with timestamps cost more a chunk)
@@ -287,6 +289,36 @@ def test_default_layout_follows_the_device_and_the_cores() -> None:
     assert AsrLayout.of(ModelSettings(device="cuda", timestamp_tokens=True), cores=16) == (
         AsrLayout("cuda", workers=1, threads=1, batch_size=4, stage_workers=1))
     assert not AsrLayout.of(ModelSettings(device="cpu", timestamp_tokens=False)).timestamp_tokens
+
+
+async def test_model_calls_of_both_pools_run_at_most_as_many_at_once_as_the_cores(
+        tmp_path: Path) -> None:
+    """Four pool threads on two cores (two ASR, two for the stages) ran four model calls at
+    once; each then took more CPU than when two ran. Both pools' calls share the layout's
+    ``model_calls`` slots, first come first served."""
+    async def most_at_once(models: ModelSettings) -> int:
+        engines = Engines(Settings(data_dir=tmp_path, models=models))  # type: ignore[call-arg]
+        running, most, lock = 0, 0, threading.Lock()
+
+        def call() -> None:
+            nonlocal running, most
+            with lock:
+                running += 1
+                most = max(most, running)
+            time.sleep(0.05)
+            with lock:
+                running -= 1
+        try:
+            # _run_asr is what the batcher hands Whisper's decodes to
+            await asyncio.gather(*(engines.run(call) for _ in range(6)),
+                                 *(engines._run_asr(call) for _ in range(6)))
+        finally:
+            engines.close()
+        return most
+
+    cpu = ModelSettings(device="cpu", asr_workers=2, cpu_threads=1, stage_workers=2)
+    assert await most_at_once(cpu) == 2
+    assert await most_at_once(cpu.model_copy(update={"model_calls": 3})) == 3
 
 
 async def test_engines_decode_two_jobs_on_two_replicas(tmp_path: Path, model_cache: Path) -> None:
