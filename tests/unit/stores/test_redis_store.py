@@ -45,15 +45,23 @@ async def test_queue_bound_is_atomic_under_concurrency(store: RedisStore) -> Non
 
 
 async def test_session_leases_bound_and_expire(store: RedisStore) -> None:
-    got = await asyncio.gather(*(store.lease_session("acct", f"s{i}", 5, ttl_s=0.5)
+    # long leases for the bound, so that a slow machine cannot expire one mid-gather
+    got = await asyncio.gather(*(store.lease_session("acct", f"s{i}", 5, ttl_s=60)
                                  for i in range(12)))
     assert sum(got) == 5
     assert await store.live_sessions("acct") == 5
-    await asyncio.sleep(0.7)
+    assert not await store.lease_session("acct", "sixth", 5)
+    for i, ok in enumerate(got):
+        if ok:
+            await store.release_session("acct", f"s{i}")
     assert await store.live_sessions("acct") == 0
-    assert await store.lease_session("acct", "late", 5)
-    await store.release_session("acct", "late")
+    # short leases that are never renewed give their places back once they expire
+    assert all(await asyncio.gather(*(store.lease_session("acct", f"short{i}", 5, ttl_s=0.3)
+                                      for i in range(5))))
+    await asyncio.sleep(0.6)
     assert await store.live_sessions("acct") == 0
+    assert sum(await asyncio.gather(*(store.lease_session("acct", f"late{i}", 5)
+                                      for i in range(7)))) == 5
 
 
 async def test_sessions_admitted_at_once_share_the_usage_left(store: RedisStore) -> None:
