@@ -162,8 +162,9 @@ class RealtimeSettings(BaseModel):
     answers a waiting fetch as soon as a record arrives (Apache Kafka) delivers in
     milliseconds whatever this is; it bounds the delay on one that does not. The embedded
     broker answers an empty fetch at once: there the consumers pause instead
-    (``stores.kafka.pace_empty_fetches``, 10 ms for these while records flow, this when
-    idle). 10 ms here cost a fifth of a core per idle process in polling."""
+    (``stores.kafka.pace_empty_fetches``, 10 ms for these while records flow, this between
+    sessions; after 30 s without a record, 0.5 s unless a record produced in the same
+    process wakes them). 10 ms here cost a fifth of a core per idle process in polling."""
     provider_start_timeout_s: float = 60.0
     """How long a new session waits for a worker to take it (models may be loading)."""
     stall_timeout_s: float = 15.0

@@ -185,14 +185,18 @@ flow."""
 
 
 def _pause(live: bool, quiet_s: float, pause_s: float, live_pause_s: float,
-           live_busy_s: float, live_idle_s: float) -> float:
-    """How long a consumer pauses after an empty fetch, ``quiet_s`` after its last record
-    (the fetch wait caps it)."""
+           live_busy_s: float, live_idle_s: float, live_idle_pause_s: float
+           ) -> tuple[float, bool]:
+    """How long a consumer pauses after an empty fetch, ``quiet_s`` after its last record,
+    and whether a record produced in this process wakes it. Only an idle live consumer's
+    pause is not capped by its fetch wait."""
     if not live:
-        return pause_s
+        return pause_s, True
     if quiet_s < live_busy_s:
-        return live_pause_s
-    return pause_s if quiet_s < live_idle_s else math.inf
+        return live_pause_s, False
+    if quiet_s < live_idle_s:
+        return pause_s, False
+    return live_idle_pause_s, True
 
 
 CAUGHT_UP_RECORDS = 32
@@ -270,7 +274,8 @@ _WAKEUPS = _Wakeups()
 
 
 def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
-                       live_busy_s: float = 2.0, live_idle_s: float = 30.0) -> None:
+                       live_busy_s: float = 2.0, live_idle_s: float = 30.0,
+                       live_idle_pause_s: float = 0.5) -> None:
     """Make aiokafka consumers pause after a fetch that brought nothing, until a record
     is produced for them.
 
@@ -295,9 +300,12 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
     ``live_busy_s`` pauses at most ``live_pause_s``: with 50 ms, each of the two hops of
     live audio and transcripts waited 37-44 ms (median) under load, 17-19 ms with 10 ms.
     One that received nothing for ``live_idle_s`` (no live session on this worker or
-    gateway) pauses its ``fetch_max_wait_ms``, the wait its settings allow for a first
-    record: the realtime agent's consumer, idle through a batch workload, polled 20 times
-    a second on the event loop. The fetch wait caps every pause.
+    gateway) pauses ``live_idle_pause_s`` and is woken like the others: the first record
+    of a session produced in this process (the embedded default) comes at once, one
+    produced by another process (an extra worker) waits at most that. At its 100 ms fetch
+    wait, each of the two idle live consumers built, sent and parsed ten fetches a second
+    on the event loop through a whole batch workload. The fetch wait caps every other
+    pause.
     """
     from aiokafka.consumer import consumer as consumer_module
     from aiokafka.consumer.fetcher import Fetcher
@@ -325,16 +333,18 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
                 # then pause as after an empty fetch.
                 for waiter in self._fetch_waiters:
                     self._notify(waiter)
-            wait = min(_pause(self._live, started - self._records_at, pause_s,
-                              live_pause_s, live_busy_s, live_idle_s),
-                       self._fetch_max_wait_ms / 1000)
+            wait, wakeable = _pause(self._live, started - self._records_at, pause_s,
+                                    live_pause_s, live_busy_s, live_idle_s,
+                                    live_idle_pause_s)
+            if not (self._live and wakeable):
+                wait = min(wait, self._fetch_max_wait_ms / 1000)
             remaining = wait - (time.monotonic() - started)
             if remaining > 0:
                 # Cancelled here by ``Fetcher.close``, which awaits this task: end as
                 # aiokafka's own fetch does when cancelled, or the consumer thread dies
                 # with CancelledError and the worker's stop waits for it.
                 try:
-                    if self._live:
+                    if not wakeable:
                         await asyncio.sleep(remaining)
                     else:
                         await _WAKEUPS.pause(remaining, frozenset(

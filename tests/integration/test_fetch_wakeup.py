@@ -8,7 +8,10 @@ import subprocess
 import sys
 import uuid
 
+import pytest
+
 from ops.stack import Stack
+from stores.kafka import LIVE_CLIENT
 
 # A fresh interpreter: the pacing is installed once per process, with its pause.
 _PRELUDE = """
@@ -17,8 +20,8 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from stores.kafka import pace_empty_fetches
 
-bootstrap, topic = sys.argv[1], sys.argv[2]
-pace_empty_fetches(pause_s=30.0)
+bootstrap, topic, client_id = sys.argv[1], sys.argv[2], sys.argv[3]
+pace_empty_fetches(pause_s=30.0, live_idle_s=0.0, live_idle_pause_s=30.0)
 
 async def main():
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -28,7 +31,7 @@ async def main():
 """
 
 _SCRIPT = _PRELUDE + """    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
-                                enable_auto_commit=False)
+                                enable_auto_commit=False, client_id=client_id)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await consumer.start()
     await producer.start()
@@ -48,11 +51,14 @@ asyncio.run(main())
 """
 
 
-def test_a_consumer_paused_for_30_s_gets_a_record_produced_here_at_once(stack: Stack) -> None:
+@pytest.mark.parametrize("client_id", ["a5s-batch", f"a5s{LIVE_CLIENT}-idle"])
+def test_a_consumer_paused_for_30_s_gets_a_record_produced_here_at_once(
+        stack: Stack, client_id: str) -> None:
+    """Batch consumers, and live ones idle long enough (here at once) to pause 30 s."""
     bootstrap = f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}"
     topic = f"test.wakeup-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run([sys.executable, "-c", _SCRIPT, bootstrap, topic], capture_output=True,
-                          text=True, timeout=90, check=False)
+    done = subprocess.run([sys.executable, "-c", _SCRIPT, bootstrap, topic, client_id],
+                          capture_output=True, text=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     value, seconds = done.stdout.split()
     assert value == "hello"
@@ -93,8 +99,8 @@ def test_a_caught_up_fetch_hands_its_records_over_then_a_record_produced_here_wa
         stack: Stack) -> None:
     bootstrap = f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}"
     topic = f"test.backlog-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run([sys.executable, "-c", _BACKLOG, bootstrap, topic], capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run([sys.executable, "-c", _BACKLOG, bootstrap, topic, "a5s-batch"],
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     count, in_order, backlog_s, value, woken_s = done.stdout.split()
     assert (int(count), in_order, value) == (200, "True", "hello")

@@ -14,17 +14,18 @@ from aiokafka import TopicPartition
 from stores.kafka import _WAKEUPS, CAUGHT_UP_RECORDS, _pause, caught_up
 
 
-def test_live_consumers_poll_fast_while_records_flow_and_slowly_when_long_idle() -> None:
-    def pause(live: bool, quiet_s: float) -> float:
+def test_live_consumers_poll_fast_while_records_flow_and_wait_for_a_wakeup_when_long_idle(
+        ) -> None:
+    def pause(live: bool, quiet_s: float) -> tuple[float, bool]:
         return _pause(live, quiet_s, pause_s=0.05, live_pause_s=0.01, live_busy_s=2.0,
-                      live_idle_s=30.0)
+                      live_idle_s=30.0, live_idle_pause_s=0.5)
 
-    assert pause(True, 0.5) == 0.01          # a live session's records flow
-    assert pause(True, 5.0) == 0.05          # paused a moment
-    assert pause(True, 60.0) == math.inf     # no session: the fetch wait caps it
-    assert pause(True, math.inf) == math.inf  # never a record since it started
-    # the others pause alike whenever their fetch was empty
-    assert pause(False, 0.5) == pause(False, 60.0) == pause(False, math.inf) == 0.05
+    assert pause(True, 0.5) == (0.01, False)    # a live session's records flow
+    assert pause(True, 5.0) == (0.05, False)    # paused a moment
+    assert pause(True, 60.0) == (0.5, True)     # no session: long, until a record is made here
+    assert pause(True, math.inf) == (0.5, True)  # never a record since it started
+    # the others pause alike whenever their fetch was empty, and are woken
+    assert pause(False, 0.5) == pause(False, 60.0) == pause(False, math.inf) == (0.05, True)
 
 
 def _paused_on_a_thread(partitions: frozenset[tuple[str, int]]) -> threading.Thread:
