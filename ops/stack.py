@@ -12,6 +12,7 @@ import contextlib
 import http.server
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -33,9 +34,28 @@ __all__ = ["Stack", "StackExited", "free_port", "EvalServer", "REPO", "EVAL"]
 
 
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    """A port free on every address now, below the kernel's ephemeral range.
+
+    A port the kernel hands out for ``bind(0)`` comes from the range it also gives every
+    outgoing connection, so any client socket (the stack's own, to its broker or Valkey)
+    could take it before the stack binds it; below that range only a listener can.
+    """
+    low = _ephemeral_low()
+    for _ in range(100):
+        port = random.randrange(max(1024, low - 16384), low) if low > 2048 else 0
+        with socket.socket() as sock:
+            try:
+                sock.bind(("", port))
+            except OSError:
+                continue
+            return int(sock.getsockname()[1])
+    raise OSError("no free port found below the ephemeral range")
+
+
+def _ephemeral_low() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    return 0
 
 
 class StackExited(RuntimeError):
