@@ -13,20 +13,15 @@ from pathlib import Path
 import pytest
 
 from ops.instance import InstanceError, claim, leftovers, port_owner, release
+from ops.stack import free_port
 from schemas.settings import Settings
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture()
 def settings(tmp_path: Path) -> Settings:
-    return Settings(data_dir=tmp_path / "data", port=_free_port(),  # type: ignore[call-arg]
-                    console_port=_free_port(),
-                    embedded={"kafka": _free_port(), "redis": _free_port()})
+    return Settings(data_dir=tmp_path / "data", port=free_port(),  # type: ignore[call-arg]
+                    console_port=free_port(),
+                    embedded={"kafka": free_port(), "redis": free_port()})
 
 
 @pytest.fixture()
@@ -49,7 +44,7 @@ def test_port_owner_finds_the_listener() -> None:
         sock.bind(("127.0.0.1", 0))
         sock.listen()
         assert port_owner(sock.getsockname()[1]) == os.getpid()
-    assert port_owner(_free_port()) is None
+    assert port_owner(free_port()) is None
 
 
 def test_claim_records_and_refuses_a_second_instance(settings: Settings, sleeper) -> None:
