@@ -23,7 +23,9 @@ service's overhead over the bare model (end-to-end wall time over the bare
 model's total time on the same audio), the CPU time each process of a started
 stack (service, broker, Valkey) and this client used during the service run, and
 what all of that used beyond the bare run's CPU time, per job: the service's cost
-is mostly a fixed amount per job, so its share falls as jobs get longer. The load
+is mostly a fixed amount per job, so its share falls as jobs get longer. With a stack of
+its own, the ClickHouse statements and the Redis commands (Valkey's ``INFO
+commandstats``) per job are printed too. The load
 average is printed before and after: on a shared machine timings move with it. So is what
 each run left of the machine's cores unwanted (its threads' run plus run-queue time,
 sampled from ``/proc``): idle cores on a quiet machine (stages waiting on each other, a
@@ -421,6 +423,7 @@ def main(argv: list[str] | None = None) -> None:
 
     server = EvalServer(args.eval)
     stack = None
+    redis_used: dict[str, int] = {}
     try:
         if args.url:
             if not args.key:
@@ -455,12 +458,15 @@ def main(argv: list[str] | None = None) -> None:
         own_before = time.process_time()
         service_pid = pid_of(run_dir, "service") if run_dir else None
         counters_before = service_counters(base_url)
+        redis_before = redis_calls(stack)
         threads_before = thread_cpu(service_pid) if service_pid else {}
         with Demand(service_pid or os.getpid()) as demand:
             at = time.time()
             jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
         counters = {k: v - counters_before.get(k, 0.0)
                     for k, v in service_counters(base_url).items()}
+        redis_used = {k: v - redis_before.get(k, 0) for k, v in redis_calls(stack).items()
+                      if v > redis_before.get(k, 0)}
         threads = (by_thread_name({k: v - threads_before.get(k, 0.0)
                                    for k, v in thread_cpu(service_pid).items()},
                                   python_thread_names(service_pid)) if service_pid else {})
@@ -492,6 +498,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"ClickHouse per job: {counters.get('insert', 0) / n:.2f} inserts, "
               f"{counters.get('query', 0) / n:.2f} queries, "
               f"{counters.get('cpu', 0) / n * 1000:.1f} ms of its thread's CPU")
+    if redis_used and jobs:
+        n = len(jobs)
+        print("Redis commands per job, as Valkey counts them (a script's own commands "
+              f"included; each evalsha is one call of the service's): "
+              f"{sum(redis_used.values()) / n:.1f} (" + ", ".join(
+            f"{name} {count / n:.1f}" for name, count in
+            sorted(redis_used.items(), key=lambda kv: -kv[1])) + ")")
     if threads and jobs:
         print("service CPU per thread group, ms per job: " + _per_job(threads, len(jobs)))
     if cpu_used and bare_s is not None:
@@ -527,6 +540,21 @@ def service_counters(base_url: str) -> dict[str, float]:
         elif line.startswith("a5s_clickhouse_cpu_seconds_total"):
             out["cpu"] = float(line.rsplit(" ", 1)[1])
     return out
+
+
+def redis_calls(stack: Any) -> dict[str, int]:
+    """Commands served so far by a stack's own Valkey, by name (``INFO commandstats``);
+    empty for a running service (``--url``), whose Redis may serve others too."""
+    if stack is None:
+        return {}
+    import redis
+
+    client = redis.Redis(port=int(stack.env["A5S_EMBEDDED__REDIS"]))
+    try:
+        stats = client.info("commandstats")
+    finally:
+        client.close()
+    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in stats.items()}
 
 
 def thread_cpu(pid: int) -> dict[tuple[int, str], float]:

@@ -9,10 +9,12 @@ cannot both pass a limit.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import math
 import time
+from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
@@ -24,7 +26,7 @@ from topologies.redis_keys import (CANCELED, LEDGER, LIVE, LIVE_HOLDS, QUEUED, R
                                    TRANSCRIPT, TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM,
                                    WEBHOOK_AUTH)
 
-__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot"]
+__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot", "WaitingPool"]
 
 # GCRA: allows `limit` requests per `period` seconds in any rolling window. The clock is the
 # server's: every gateway replica shares it, and a request that waited for a connection is
@@ -215,20 +217,71 @@ POOL_WAIT_S = 5.0
 """How long a command waits for a free connection before the request fails (502)."""
 
 
+class WaitingPool(aioredis.ConnectionPool):
+    """A connection pool that, with all ``max_connections`` in use, waits up to ``timeout``
+    for one to come back instead of failing with "Too many connections".
+
+    redis-py's ``BlockingConnectionPool`` waits the same way, but takes an
+    ``asyncio.Condition`` and a timeout scope around every command, a burst or not: about
+    a quarter of what a ``GET`` costs the event loop (``docs/job-path.md``). Here a command
+    finds a free connection as the plain pool does, and only a command that finds none waits.
+    """
+
+    def __init__(self, *, timeout: float = POOL_WAIT_S, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.timeout = timeout
+        self._waiting: deque[asyncio.Future[None]] = deque()
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        deadline: float | None = None
+        while True:
+            if self.can_get_connection():
+                try:
+                    return await super().get_connection()
+                except redis_exc.MaxConnectionsError:
+                    pass  # taken by another command between the check and the take
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + self.timeout if deadline is None else deadline
+            if loop.time() >= deadline:
+                raise redis_exc.ConnectionError("No connection available.")
+            freed = loop.create_future()
+            self._waiting.append(freed)
+            try:
+                await asyncio.wait_for(freed, deadline - loop.time())
+            except TimeoutError:
+                pass
+            finally:
+                with contextlib.suppress(ValueError):
+                    self._waiting.remove(freed)
+
+    async def release(self, connection: Any) -> None:
+        await super().release(connection)
+        while self._waiting:  # the longest waiter still waiting
+            freed = self._waiting.popleft()
+            if not freed.done():
+                freed.set_result(None)
+                break
+
+
 class LedgerSnapshot(dict[str, Any]):
     """``used``, ``reserved`` (seconds), ``processing`` (count) and ``live`` (the ids of the
     live sessions whose hold ``reserved`` counts) as last published by the accounts agent."""
 
 
+POOL_OPTIONS: dict[str, Any] = {
+    "max_connections": POOL_SIZE, "timeout": POOL_WAIT_S, "decode_responses": True,
+    "socket_timeout": 5, "socket_connect_timeout": 3, "health_check_interval": 15}
+"""The connection pool's settings (``WaitingPool.from_url(url, **POOL_OPTIONS)``)."""
+
+
 class RedisStore:
-    def __init__(self, url: str, prefix: str = "a5s:") -> None:
+    def __init__(self, url: str, prefix: str = "a5s:",
+                 pool_class: type[aioredis.ConnectionPool] = WaitingPool) -> None:
         self.url = url
         self.prefix = prefix
-        # A blocking pool: a burst of requests waits briefly for a free connection instead
-        # of failing with "Too many connections" (or opening hundreds of sockets).
-        pool = aioredis.BlockingConnectionPool.from_url(
-            url, max_connections=POOL_SIZE, timeout=POOL_WAIT_S, decode_responses=True,
-            socket_timeout=5, socket_connect_timeout=3, health_check_interval=15)
+        # A burst of requests waits briefly for a free connection instead of failing with
+        # "Too many connections" (or opening hundreds of sockets).
+        pool = pool_class.from_url(url, **POOL_OPTIONS)
         self.client = aioredis.Redis.from_pool(pool)
         self._rate = self.client.register_script(_RATE)
         self._bounded_add = self.client.register_script(_BOUNDED_ADD)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, datetime
 from typing import Any
 
@@ -193,7 +194,7 @@ async def test_lost_holds_are_freed_and_only_holding_accounts_are_read(valkey: s
 
     table = {"acct_a": opened("acct_a", "s_dead"), "acct_b": AccountState().model_dump_json()
              .encode()}
-    store = AskedStore(valkey, prefix=f"t{id(object())}:")
+    store = AskedStore(valkey, prefix=f"t{uuid.uuid4().hex}:")
     settings = Settings()
     ctx = SimpleNamespace(redis=store, settings=settings, ch=None)
     owned = set(range(settings.partitions))

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as redis
+from redis import exceptions as redis_exc
 
-from stores.redis import RedisStore
+from schemas.errors import UpstreamUnavailable
+from stores.redis import RedisStore, WaitingPool, map_redis_errors
 
 
 @pytest.fixture
 async def store(valkey: str) -> AsyncIterator[RedisStore]:
-    s = RedisStore(valkey, prefix=f"t{id(object())}:")
+    # Each test its own keys: the server is shared by the session (an ``id()`` of a
+    # temporary object, used before, was reused by later tests and mixed their leases).
+    s = RedisStore(valkey, prefix=f"t{uuid.uuid4().hex}:")
     yield s
     await s.close()
 
@@ -101,3 +107,51 @@ async def test_a_hold_counts_until_the_ledger_lists_it_and_goes_with_its_lease(
     await asyncio.sleep(0.5)
     assert await store.admit_session("acct2", "f", places=5, quota_ms=10_000,
                                      cap_ms=8_000) == (8_000, 0)
+
+
+async def test_a_burst_beyond_the_pool_waits_for_a_connection(valkey: str) -> None:
+    """Six commands that each hold a connection 0.3 s, through a pool of two: all of them
+    run, on no more than two connections, instead of failing with "Too many connections"."""
+    pool = WaitingPool.from_url(valkey, max_connections=2, timeout=10, decode_responses=True)
+    client = redis.Redis.from_pool(pool)
+    try:
+        most = 0
+
+        async def held() -> None:
+            await client.blpop([f"t{uuid.uuid4().hex}:empty"], timeout=0.3)
+
+        async def watch() -> None:
+            nonlocal most
+            while True:
+                most = max(most, len(pool._in_use_connections))
+                await asyncio.sleep(0.01)
+
+        watcher = asyncio.create_task(watch())
+        results = await asyncio.gather(*(held() for _ in range(6)), return_exceptions=True)
+        watcher.cancel()
+        assert [r for r in results if r is not None] == []
+        assert most == 2
+        assert len(pool._available_connections) + len(pool._in_use_connections) == 2
+        assert await client.ping()  # and the pool serves on afterwards
+    finally:
+        await client.aclose()
+
+
+async def test_a_command_that_finds_no_connection_in_time_fails_as_unavailable(
+        valkey: str) -> None:
+    pool = WaitingPool.from_url(valkey, max_connections=2, timeout=0.2, decode_responses=True)
+    client = redis.Redis.from_pool(pool)
+    try:
+        holders = [asyncio.create_task(client.blpop([f"t{uuid.uuid4().hex}:empty"], timeout=2))
+                   for _ in range(2)]
+        await asyncio.sleep(0.3)  # both connections taken
+        with pytest.raises(redis_exc.ConnectionError, match="No connection available"):
+            await client.get("anything")
+        with pytest.raises(UpstreamUnavailable):
+            async with map_redis_errors():
+                await client.get("anything")
+        assert not pool._waiting  # a waiter that gave up is not woken later
+        await asyncio.gather(*holders)
+        assert await client.get("anything") is None
+    finally:
+        await client.aclose()
