@@ -250,17 +250,24 @@ class WaitingPool(aioredis.ConnectionPool):
                 await asyncio.wait_for(freed, deadline - loop.time())
             except TimeoutError:
                 pass
+            except BaseException:
+                if freed.done() and not freed.cancelled():
+                    self._wake_next()  # woken, then cancelled: the connection is another's
+                raise
             finally:
                 with contextlib.suppress(ValueError):
                     self._waiting.remove(freed)
 
     async def release(self, connection: Any) -> None:
         await super().release(connection)
+        self._wake_next()
+
+    def _wake_next(self) -> None:
         while self._waiting:  # the longest waiter still waiting
             freed = self._waiting.popleft()
             if not freed.done():
                 freed.set_result(None)
-                break
+                return
 
 
 class LedgerSnapshot(dict[str, Any]):

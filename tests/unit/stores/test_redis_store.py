@@ -155,3 +155,26 @@ async def test_a_command_that_finds_no_connection_in_time_fails_as_unavailable(
         assert await client.get("anything") is None
     finally:
         await client.aclose()
+
+
+async def test_a_waiter_cancelled_as_it_is_woken_leaves_the_connection_to_the_next(
+        valkey: str) -> None:
+    pool = WaitingPool.from_url(valkey, max_connections=1, timeout=10, decode_responses=True)
+    try:
+        taken = await pool.get_connection()
+        first = asyncio.create_task(pool.get_connection())
+        second = asyncio.create_task(pool.get_connection())
+        await asyncio.sleep(0.1)  # both wait
+        await pool.release(taken)  # wakes the first ...
+        first.cancel()  # ... which is cancelled before it runs
+        try:
+            got = await first  # (Python 3.11's wait_for may hand it the connection anyway)
+        except asyncio.CancelledError:
+            pass
+        else:
+            await pool.release(got)
+        # the second gets the connection now, not when its 10 s run out
+        await pool.release(await asyncio.wait_for(second, 2))
+        assert not pool._waiting
+    finally:
+        await pool.disconnect()
