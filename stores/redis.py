@@ -217,6 +217,12 @@ POOL_WAIT_S = 5.0
 """How long a command waits for a free connection before the request fails (502)."""
 
 
+POOL_OPTIONS: dict[str, Any] = {
+    "max_connections": POOL_SIZE, "timeout": POOL_WAIT_S, "decode_responses": True,
+    "socket_timeout": 5, "socket_connect_timeout": 3, "health_check_interval": 15}
+"""The connection pool's settings (``WaitingPool.from_url(url, **POOL_OPTIONS)``)."""
+
+
 class WaitingPool(aioredis.ConnectionPool):
     """A connection pool that, with all ``max_connections`` in use, waits up to ``timeout``
     for one to come back instead of failing with "Too many connections".
@@ -273,12 +279,6 @@ class WaitingPool(aioredis.ConnectionPool):
 class LedgerSnapshot(dict[str, Any]):
     """``used``, ``reserved`` (seconds), ``processing`` (count) and ``live`` (the ids of the
     live sessions whose hold ``reserved`` counts) as last published by the accounts agent."""
-
-
-POOL_OPTIONS: dict[str, Any] = {
-    "max_connections": POOL_SIZE, "timeout": POOL_WAIT_S, "decode_responses": True,
-    "socket_timeout": 5, "socket_connect_timeout": 3, "health_check_interval": 15}
-"""The connection pool's settings (``WaitingPool.from_url(url, **POOL_OPTIONS)``)."""
 
 
 class RedisStore:
