@@ -77,6 +77,17 @@ def test_topology_prints_every_channel_and_who_uses_it() -> None:
     assert re.search(r"jobs/<id>/speech\.json.*\n.*writers: chunk; readers: diarize", out)
 
 
+def test_the_architecture_document_shows_the_graph_as_it_is() -> None:
+    """docs/architecture.md draws the dataflow from ``a5s topology``: a node, channel, reader
+    or writer changed in ``topologies`` without the document is caught here."""
+    doc = (ROOT / "docs" / "architecture.md").read_text()
+    shown = [block for block in re.findall(r"```\n(.*?)```", doc, re.S)
+             if block.startswith("NODES")]
+    assert len(shown) == 1, "docs/architecture.md shows `a5s topology`'s output once"
+    assert shown[0].strip() == describe("a5s.").strip(), (
+        "docs/architecture.md is behind topologies: paste `a5s topology`'s output into it")
+
+
 LITERAL_KEYS = re.compile(
     r"""f?["'](jobs/|uploads/)|"""
     r"""redis\.\w+\(\s*(True,\s*)?["'](canceled|webhook-auth|ledger|upload|upload-claim|idem|"""
