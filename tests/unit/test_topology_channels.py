@@ -84,7 +84,8 @@ def test_the_architecture_document_shows_the_graph_as_it_is() -> None:
     shown = [block for block in re.findall(r"```\n(.*?)```", doc, re.S)
              if block.startswith("NODES")]
     assert len(shown) == 1, "docs/architecture.md shows `a5s topology`'s output once"
-    assert shown[0].strip() == describe("a5s.").strip(), (
+    default_prefix = Settings.model_fields["topic_prefix"].default
+    assert shown[0].strip() == describe(default_prefix).strip(), (
         "docs/architecture.md is behind topologies: paste `a5s topology`'s output into it")
 
 
