@@ -24,22 +24,16 @@ import contextlib
 import json
 import os
 import random
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import httpx
 
-__all__ = ["main", "PhaseResult", "run_phase", "percentile"]
+from ops.stack import Stack, free_port, temporary_stack
 
-REPO = Path(__file__).resolve().parents[1]
+__all__ = ["main", "PhaseResult", "run_phase", "percentile", "unthrottled_stack"]
 
 
 @dataclass
@@ -96,7 +90,7 @@ async def bench(url: str, key: str, args: argparse.Namespace) -> list[PhaseResul
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
                                  timeout=30, limits=limits) as client:
         created: list[str] = []
-        dead = f"http://127.0.0.1:{_free_port()}/bench.wav"
+        dead = f"http://127.0.0.1:{free_port()}/bench.wav"
 
         async def create(i: int) -> httpx.Response:
             resp = await client.post("/v1/transcripts", json={
@@ -125,59 +119,13 @@ async def bench(url: str, key: str, args: argparse.Namespace) -> list[PhaseResul
 # --- an embedded stack of our own ---------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextlib.contextmanager
-def embedded_stack(data_dir: Path | None = None,
-                   extra_env: dict[str, str] | None = None) -> Iterator[tuple[str, str]]:
-    """``a5s up`` in ``data_dir`` (default: a temporary directory); yields (base URL, key of an
-    unthrottled account)."""
-    with tempfile.TemporaryDirectory(prefix="a5s-bench-") as tmp:
-        data = data_dir or Path(tmp) / "data"
-        port, console = _free_port(), _free_port()
-        env = {**os.environ, "A5S_DATA_DIR": str(data), "A5S_PORT": str(port),
-               "A5S_CONSOLE_PORT": str(console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
-               "A5S_EMBEDDED__REDIS": str(_free_port()), "A5S_LOG_LEVEL": "WARNING",
-               **(extra_env or {})}
-        with open(Path(tmp) / "stack.log", "wb") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"], cwd=REPO, env=env,
-                                    stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)
-            try:
-                url = f"http://127.0.0.1:{port}"
-                _wait_healthy(url, proc)
-                token = (data / "console.token").read_text().strip()
-                console_api = f"http://127.0.0.1:{console}/console/v1"
-                auth = {"Authorization": f"Bearer {token}"}
-                account = httpx.post(f"{console_api}/accounts", headers=auth, timeout=30, json={
-                    "email": "bench@example.com", "max_requests_per_minute": 10_000_000,
-                    "max_queued_jobs": 10_000_000}).json()["account"]
-                key = httpx.post(f"{console_api}/accounts/{account['id']}/keys", headers=auth,
-                                 json={"name": "bench"}, timeout=30).json()["key"]
-                yield url, key
-            finally:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
-
-
-def _wait_healthy(url: str, proc: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"a5s up exited with {proc.returncode}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(f"{url}/health", timeout=2).status_code == 200:
-                return
-        time.sleep(0.5)
-    raise SystemExit(f"the stack did not become healthy in {timeout_s} s")
+def unthrottled_stack() -> Iterator[tuple[Stack, str]]:
+    """``a5s up`` in a temporary directory, and the key of an account whose limits do not
+    throttle a benchmark."""
+    with temporary_stack(env={"A5S_LOG_LEVEL": "WARNING"}) as stack:
+        yield stack, stack.new_account(max_requests_per_minute=10_000_000,
+                                       max_queued_jobs=10_000_000)[1]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -191,8 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.url and not args.key:
         parser.error("--url needs --key")
-    with (contextlib.nullcontext((args.url, args.key)) if args.url
-          else embedded_stack()) as (url, key):
+    with contextlib.ExitStack() as running:
+        url, key = args.url, args.key
+        if not url:
+            stack, key = running.enter_context(unthrottled_stack())
+            url = stack.url("")
         results = asyncio.run(bench(url, key, args))
     print(f"a5s API bench: {url}, concurrency {args.concurrency}, {os.cpu_count()} cores")
     for r in results:

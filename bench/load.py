@@ -27,7 +27,6 @@ import asyncio
 import json
 import os
 import random
-import tempfile
 import time
 from collections import Counter
 from dataclasses import dataclass, field
@@ -37,8 +36,9 @@ from typing import Any
 
 import httpx
 
-from bench.api import _free_port, embedded_stack, percentile
+from bench.api import percentile, unthrottled_stack
 from ops.procstat import PROCESSES, memory_kb, pid_of
+from ops.stack import free_port
 
 __all__ = ["main"]
 
@@ -77,7 +77,7 @@ async def sample_memory(run_dir: Path, samples: Samples, stop: asyncio.Event) ->
 async def sustained(client: httpx.AsyncClient, samples: Samples, duration_s: float,
                     concurrency: int) -> list[str]:
     """Mixed traffic for ``duration_s``; returns the ids of the jobs it created."""
-    dead = f"http://127.0.0.1:{_free_port()}/load.wav"
+    dead = f"http://127.0.0.1:{free_port()}/load.wav"
     created: list[str] = []
     deadline = time.monotonic() + duration_s
     rng = random.Random(1)
@@ -122,7 +122,7 @@ async def drain_sustained(client: httpx.AsyncClient, created: list[str],
 
 async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
                   timeout_s: float) -> dict[str, Any]:
-    dead = f"http://127.0.0.1:{_free_port()}/backlog.wav"
+    dead = f"http://127.0.0.1:{free_port()}/backlog.wav"
     sem = asyncio.Semaphore(16)
 
     async def create(i: int) -> str | None:
@@ -139,6 +139,7 @@ async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
 
     submitted = time.monotonic()
     ids = [t for t in await asyncio.gather(*(create(i) for i in range(jobs))) if t]
+    wanted = set(ids)
     deadline = time.monotonic() + timeout_s
     done: dict[str, dict[str, Any]] = {}
     while len(done) < len(ids) and time.monotonic() < deadline:
@@ -150,8 +151,8 @@ async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
         except httpx.HTTPError:
             samples.record("backlog-read", t0, 0)
             page = []
-        for item in page:
-            if item["status"] in ("completed", "error"):
+        for item in page:  # the list holds the sustained phase's jobs too
+            if item["id"] in wanted and item["status"] in ("completed", "error"):
                 done[item["id"]] = item
         if len(done) < len(ids):  # older pages: ask for each unfinished job directly
             for tid in [t for t in ids if t not in done][:20]:
@@ -234,10 +235,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="give the backlog at most this long to drain, s")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON only")
     args = parser.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="a5s-load-") as tmp:
-        data = Path(tmp) / "data"
-        with embedded_stack(data_dir=data) as (url, key):
-            figures = asyncio.run(run(url, key, data / "run", args))
+    with unthrottled_stack() as (stack, key):
+        figures = asyncio.run(run(stack.url(""), key, stack.data_dir / "run", args))
     if args.json:
         print(json.dumps(figures))
         return 0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
 from pathlib import Path
 
@@ -29,14 +28,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--idle-s", type=float, default=30.0)
     args = parser.parse_args(argv)
-    from ops.stack import EvalServer, Stack
+    from ops.stack import EvalServer, temporary_stack
 
     print("command: python -m bench.lone " + " ".join(argv or []))
     print("load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3]))
     server = EvalServer(args.eval)
-    with tempfile.TemporaryDirectory(prefix="a5s-bench-") as tmp:
-        stack = Stack(Path(tmp) / "data")
-        stack.start()
+    with temporary_stack() as stack:
         try:
             key = stack.new_account()[1]
             base_url = stack.url("")
@@ -57,7 +54,6 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{path}: median {statistics.median(values):.2f} s "
                       f"({', '.join(f'{v:.2f}' for v in values)})")
         finally:
-            stack.stop()
             server.close()
     print("load average " + " ".join(Path("/proc/loadavg").read_text().split()[:3]))
 

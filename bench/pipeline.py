@@ -43,6 +43,7 @@ account, ``pipeline.accounts.RECENT_MAX`` at most), outside the timing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -407,7 +408,7 @@ def main(argv: list[str] | None = None) -> None:
                              "and models; prints each pair (with its WER) and the median overhead")
     args = parser.parse_args(argv)
 
-    from ops.stack import EvalServer, Stack
+    from ops.stack import EvalServer, temporary_stack
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
     durations = {i["path"]: i["duration"] or 0.0 for i in manifest["items"]}
@@ -425,63 +426,59 @@ def main(argv: list[str] | None = None) -> None:
     server = EvalServer(args.eval)
     stack = None
     redis_used: dict[str, int] = {}
-    try:
-        if args.url:
-            if not args.key:
-                parser.error("--url needs --key")
-            base_url, keys = args.url.rstrip("/"), [args.key]
-        else:
-            data = Path(tempfile.mkdtemp(prefix="a5s-bench-")) / "data"
-            data.mkdir(parents=True)
-            stack = Stack(data)
-            t0 = time.monotonic()
-            stack.start()
-            print(f"stack up in {time.monotonic() - t0:.1f} s ({data})")
-            accounts = [stack.new_account() for _ in range(max(1, args.accounts))]
-            keys = [key for _, key in accounts]
-            base_url = stack.url("")
-            if args.aged:
+    with contextlib.ExitStack() as running:
+        try:
+            if args.url:
+                if not args.key:
+                    parser.error("--url needs --key")
+                base_url, keys = args.url.rstrip("/"), [args.key]
+            else:
                 t0 = time.monotonic()
-                age_accounts(f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}",
-                             [account_id for account_id, _ in accounts], args.aged)
-            for key in keys if args.aged else keys[:1]:  # each behind its account's events
-                warm_up(base_url, key, server.url("real/whisper/jfk.flac"))
-            if args.aged:
-                print(f"{len(keys)} accounts aged by {args.aged} ended jobs each in "
-                      f"{time.monotonic() - t0:.1f} s")
-        run_dir = stack.data_dir / "run" if stack is not None else None
-        if args.repeat > 1:
-            run_pairs(base_url, keys, server.url, items, args.eval, args.model, args.timeout,
-                      args.repeat, pid_of(run_dir, "service") if run_dir else None)
-            return
-        probes = run_probes(base_url, keys[0], server.url)
-        cpu_before = stack_cpu(run_dir) if run_dir else {}
-        own_before = time.process_time()
-        service_pid = pid_of(run_dir, "service") if run_dir else None
-        counters_before = service_counters(base_url)
-        redis_before = redis_calls(stack)
-        threads_before = thread_cpu(service_pid) if service_pid else {}
-        with Demand(service_pid or os.getpid()) as demand:
-            at = time.time()
-            jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
-        counters = {k: v - counters_before.get(k, 0.0)
-                    for k, v in service_counters(base_url).items()}
-        redis_used = {k: v - redis_before.get(k, 0) for k, v in redis_calls(stack).items()
-                      if v > redis_before.get(k, 0)}
-        threads = (by_thread_name({k: v - threads_before.get(k, 0.0)
-                                   for k, v in thread_cpu(service_pid).items()},
-                                  python_thread_names(service_pid)) if service_pid else {})
-        unwanted = (unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)[0]
-                    if service_pid else None)
-        cpu_after = stack_cpu(run_dir) if run_dir else {}
-        cpu_used = {name: cpu_after[name] - cpu_before[name]
-                    for name in cpu_after if name in cpu_before}
-        if cpu_used:  # a stack of our own: what this client costs beside it
-            cpu_used["benchmark client"] = time.process_time() - own_before
-    finally:
-        server.close()
-        if stack is not None:
-            stack.stop()
+                stack = running.enter_context(temporary_stack())
+                print(f"stack up in {time.monotonic() - t0:.1f} s ({stack.data_dir})")
+                accounts = [stack.new_account() for _ in range(max(1, args.accounts))]
+                keys = [key for _, key in accounts]
+                base_url = stack.url("")
+                if args.aged:
+                    t0 = time.monotonic()
+                    age_accounts(f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}",
+                                 [account_id for account_id, _ in accounts], args.aged)
+                for key in keys if args.aged else keys[:1]:  # each behind its account's events
+                    warm_up(base_url, key, server.url("real/whisper/jfk.flac"))
+                if args.aged:
+                    print(f"{len(keys)} accounts aged by {args.aged} ended jobs each in "
+                          f"{time.monotonic() - t0:.1f} s")
+            run_dir = stack.data_dir / "run" if stack is not None else None
+            if args.repeat > 1:
+                run_pairs(base_url, keys, server.url, items, args.eval, args.model, args.timeout,
+                          args.repeat, pid_of(run_dir, "service") if run_dir else None)
+                return
+            probes = run_probes(base_url, keys[0], server.url)
+            cpu_before = stack_cpu(run_dir) if run_dir else {}
+            own_before = time.process_time()
+            service_pid = pid_of(run_dir, "service") if run_dir else None
+            counters_before = service_counters(base_url)
+            redis_before = redis_calls(stack)
+            threads_before = thread_cpu(service_pid) if service_pid else {}
+            with Demand(service_pid or os.getpid()) as demand:
+                at = time.time()
+                jobs, wall = run_service(base_url, keys, server.url, items, args.timeout)
+            counters = {k: v - counters_before.get(k, 0.0)
+                        for k, v in service_counters(base_url).items()}
+            redis_used = {k: v - redis_before.get(k, 0) for k, v in redis_calls(stack).items()
+                          if v > redis_before.get(k, 0)}
+            threads = (by_thread_name({k: v - threads_before.get(k, 0.0)
+                                       for k, v in thread_cpu(service_pid).items()},
+                                      python_thread_names(service_pid)) if service_pid else {})
+            unwanted = (unwanted_core_seconds(demand.samples, os.cpu_count() or 1, at, at + wall)[0]
+                        if service_pid else None)
+            cpu_after = stack_cpu(run_dir) if run_dir else {}
+            cpu_used = {name: cpu_after[name] - cpu_before[name]
+                        for name in cpu_after if name in cpu_before}
+            if cpu_used:  # a stack of our own: what this client costs beside it
+                cpu_used["benchmark client"] = time.process_time() - own_before
+        finally:
+            server.close()
     print(f"load average after the service run {_load()}")
     bare_s, bare_cpu, bare_texts, bare_each, bare_layout, bare_unwanted = (
         (None, 0.0, {}, {}, "", 0.0) if args.no_bare else run_bare(

@@ -51,18 +51,12 @@ import asyncio
 import contextlib
 import json
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
 import jiwer
 import numpy as np
 
@@ -70,6 +64,7 @@ from bench.streaming import CLIPS, build_stream, load_pcm, normalize, phrase_mar
 from evaluation.coverage import dev_items, invented_tail, score_utterances
 from evaluation.text import numbers_joined
 from ops.procstat import stack_cpu
+from ops.stack import Stack, temporary_stack
 from pipeline.realtime import StreamingVad, default_vad_path
 
 __all__ = ["main", "run_session", "score"]
@@ -212,73 +207,6 @@ def sessions_for(n: int, eval_dir: Path, vad: StreamingVad, clips: int) -> list[
         starts, ends = phrase_marks(vad, pcm)
         out.append(Session(pcm, ref, starts, ends))
     return out
-
-
-# --- an embedded stack for the run ------------------------------------------------------------
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-class _Stack:
-    """``a5s up`` in a temporary directory; ``new_key`` makes an account through the console."""
-
-    def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="a5s-bench-"))
-        self.port, self.console = _free_port(), _free_port()
-        env = {**os.environ, "A5S_DATA_DIR": str(self.dir / "data"), "A5S_PORT": str(self.port),
-               "A5S_CONSOLE_PORT": str(self.console), "A5S_EMBEDDED__KAFKA": str(_free_port()),
-               "A5S_EMBEDDED__BROKER_STORAGE": str(_free_port()),
-               "A5S_EMBEDDED__REDIS": str(_free_port()), "PYTHONUNBUFFERED": "1",
-               "A5S_ALLOW_PRIVATE_AUDIO_URLS": "true",
-               # the service runs under ``python -P``: this checkout, not the installed one
-               "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-        self.log = open(self.dir / "service.log", "ab")
-        self.proc = subprocess.Popen([sys.executable, "-m", "ops.cli", "up"],
-                                     cwd=Path(__file__).resolve().parents[1], env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"http://127.0.0.1:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.5)
-        self.close()
-        raise RuntimeError(f"the stack did not start; see {self.log.name}")
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/realtime"
-
-    @property
-    def http_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def new_key(self, email: str = "bench@example.com") -> str:
-        token = (self.dir / "data" / "console.token").read_text().strip()
-        base = f"http://127.0.0.1:{self.console}/console/v1"
-        auth = {"Authorization": f"Bearer {token}"}
-        account = httpx.post(f"{base}/accounts", json={"email": email},
-                             headers=auth, timeout=30).json()["account"]
-        return httpx.post(f"{base}/accounts/{account['id']}/keys", json={"name": "bench"},
-                          headers=auth, timeout=30).json()["key"]
-
-    def close(self, keep_log: bool = False) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGINT)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-        if keep_log:
-            shutil.copy(self.dir / "service.log", Path(tempfile.gettempdir()) / "a5s-bench.log")
-            print(f"service log kept in {Path(tempfile.gettempdir()) / 'a5s-bench.log'}")
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 async def _warm(url: str, key: str) -> None:
@@ -424,92 +352,95 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     print("command: python -m bench.realtime " + " ".join(argv if argv is not None
                                                                 else sys.argv[1:]))
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # still stop the stack
-    stack, errors = None, 0
-    if args.url:
-        url, key = args.url, args.key
-    else:
-        t = time.perf_counter()
-        stack = _Stack()
-        url, key = stack.url, stack.new_key()
-        print(f"embedded stack up in {time.perf_counter() - t:.1f} s ({stack.dir})")
-    try:
-        t = time.perf_counter()
-        asyncio.run(_warm(url, key))
-        print(f"warm-up session (models load on the first) {time.perf_counter() - t:.1f} s; "
-              f"cores {os.cpu_count()}")
-        if args.coverage:
-            keys = [key] + ([stack.new_key(f"bench{k}@example.com")
-                             for k in range(1, -(-args.parallel // 5))] if stack else [])
-            http_url = stack.http_url if stack else \
-                args.url.replace("ws", "http", 1).split("/v1/")[0]
-            errors += run_coverage(url, http_url, keys, args.eval, args.prompts,
-                                   args.parallel if stack else min(args.parallel, 5), args.show)
-            return
-        vad = StreamingVad(default_vad_path())
-        runs = args.sessions or [1, 5]
-        accounts = args.accounts or -(-max(runs) // 5)
-        keys = [key] + ([stack.new_key(f"bench{k}@example.com") for k in range(1, accounts)]
-                        if stack else [])
-        run_dir = stack.dir / "data" / "run" if stack else None
-        kept: list[int] = []
-        for n in runs:
-            results = sessions_for(n, args.eval, vad, args.clips)
-            load0 = os.getloadavg()[0]
-            cpu0 = stack_cpu(run_dir) if run_dir else {}
+    with contextlib.ExitStack() as running:
+        stack: Stack | None = None
+        if args.url:
+            url, key = args.url, args.key
+        else:
             t = time.perf_counter()
+            stack = running.enter_context(temporary_stack())
+            url, key = stack.ws_url, stack.new_account()[1]
+            print(f"embedded stack up in {time.perf_counter() - t:.1f} s ({stack.data_dir})")
+        errors = _run(args, stack, url, key)
+        if errors:  # raised inside the block: a temporary stack keeps its log
+            raise SystemExit(f"{errors} session(s) ended with an error")
 
-            async def all_sessions() -> None:
-                await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, 0.23 * k)
-                                       for k, r in enumerate(results)))
 
-            asyncio.run(all_sessions())
-            wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
-            cpu1 = stack_cpu(run_dir) if run_dir else {}
-            s = score(results)
-            errors += s["errors"]
-            audio_s = sum(len(r.pcm) for r in results) / SR
-            print(f"\n== {n} session(s) through the service over {min(n, len(keys))} "
-                  f"account(s), {audio_s / n:.1f} s audio each, wall "
-                  f"{wall:.1f} s, load average {load0:.2f} -> {load1:.2f}, errors {s['errors']}")
-            if cpu1:
-                used = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in cpu1)
-                print(f"CPU of the stack: {used:.1f} s for {audio_s:.0f} s of audio: "
-                      f"{used / audio_s * 100:.1f}% of a core per live session "
-                      f"({', '.join(f'{k} {cpu1[k] - cpu0.get(k, cpu1[k]):.1f} s' for k in cpu1)})")
-                saved = run_dir.parent / "broker" / "kafka.json"
-                if saved.is_file():  # the embedded broker writes its whole log there
-                    print(f"broker log on disk: {saved.stat().st_size / 1e6:.0f} MB")
-            # Real time kept: no error, the sender never held back, no backlog at the end.
-            keeps = (not s["errors"] and s["send_lag_max"] < 0.5 and s["finish_max"] < 3.0)
-            if keeps:
-                kept.append(n)
-            print(f"keeps real time: {'yes' if keeps else 'NO'} (errors {s['errors']}, max send "
-                  f"lag {s['send_lag_max']:.2f} s < 0.5, finished after finish "
-                  f"{s['finish_max']:.2f} s < 3.0)")
+def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> int:
+    """Every run the arguments ask for; the number of sessions that failed."""
+    errors = 0
+    t = time.perf_counter()
+    asyncio.run(_warm(url, key))
+    print(f"warm-up session (models load on the first) {time.perf_counter() - t:.1f} s; "
+          f"cores {os.cpu_count()}")
+    if args.coverage:
+        keys = [key] + ([stack.new_account()[1] for _ in range(1, -(-args.parallel // 5))]
+                        if stack else [])
+        http_url = stack.url("") if stack else \
+            args.url.replace("ws", "http", 1).split("/v1/")[0]
+        errors += run_coverage(url, http_url, keys, args.eval, args.prompts,
+                               args.parallel if stack else min(args.parallel, 5), args.show)
+        return errors
+    vad = StreamingVad(default_vad_path())
+    runs = args.sessions or [1, 5]
+    accounts = args.accounts or -(-max(runs) // 5)
+    keys = [key] + ([stack.new_account()[1] for _ in range(1, accounts)] if stack else [])
+    run_dir = stack.data_dir / "run" if stack else None
+    kept: list[int] = []
+    for n in runs:
+        results = sessions_for(n, args.eval, vad, args.clips)
+        load0 = os.getloadavg()[0]
+        cpu0 = stack_cpu(run_dir) if run_dir else {}
+        t = time.perf_counter()
+
+        async def all_sessions() -> None:
+            await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, 0.23 * k)
+                                   for k, r in enumerate(results)))
+
+        asyncio.run(all_sessions())
+        wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
+        cpu1 = stack_cpu(run_dir) if run_dir else {}
+        s = score(results)
+        errors += s["errors"]
+        audio_s = sum(len(r.pcm) for r in results) / SR
+        print(f"\n== {n} session(s) through the service over {min(n, len(keys))} "
+              f"account(s), {audio_s / n:.1f} s audio each, wall "
+              f"{wall:.1f} s, load average {load0:.2f} -> {load1:.2f}, errors {s['errors']}")
+        if cpu1:
+            used = sum(cpu1[k] - cpu0.get(k, cpu1[k]) for k in cpu1)
+            print(f"CPU of the stack: {used:.1f} s for {audio_s:.0f} s of audio: "
+                  f"{used / audio_s * 100:.1f}% of a core per live session "
+                  f"({', '.join(f'{k} {cpu1[k] - cpu0.get(k, cpu1[k]):.1f} s' for k in cpu1)})")
+            saved = run_dir.parent / "broker" / "kafka.json"
+            if saved.is_file():  # the embedded broker writes its whole log there
+                print(f"broker log on disk: {saved.stat().st_size / 1e6:.0f} MB")
+        # Real time kept: no error, the sender never held back, no backlog at the end.
+        keeps = (not s["errors"] and s["send_lag_max"] < 0.5 and s["finish_max"] < 3.0)
+        if keeps:
+            kept.append(n)
+        print(f"keeps real time: {'yes' if keeps else 'NO'} (errors {s['errors']}, max send "
+              f"lag {s['send_lag_max']:.2f} s < 0.5, finished after finish "
+              f"{s['finish_max']:.2f} s < 3.0)")
+        for r in results:
+            if r.error:
+                print("  session error:", r.error)
+        print(f"WER {s['wer'] * 100:.2f}% (S{s['sub']} D{s['del']} I{s['ins']} of "
+              f"{s['words']} words)")
+        print(f"final latency: median {s['final_median']:.2f} s, p95 {s['final_p95']:.2f} s, "
+              f"max {s['final_max']:.2f} s over {s['finals']} finals")
+        print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, "
+              f"max {s['first_max']:.2f} s over {s['firsts']} phrases")
+        print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finished after "
+              f"finish {s['finish_max']:.2f} s (max), ready after connect "
+              f"{s['ready_max']:.2f} s (max), {s['partials']} partial messages")
+        if args.show:
             for r in results:
-                if r.error:
-                    print("  session error:", r.error)
-            print(f"WER {s['wer'] * 100:.2f}% (S{s['sub']} D{s['del']} I{s['ins']} of "
-                  f"{s['words']} words)")
-            print(f"final latency: median {s['final_median']:.2f} s, p95 {s['final_p95']:.2f} s, "
-                  f"max {s['final_max']:.2f} s over {s['finals']} finals")
-            print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, "
-                  f"max {s['first_max']:.2f} s over {s['firsts']} phrases")
-            print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finished after "
-                  f"finish {s['finish_max']:.2f} s (max), ready after connect "
-                  f"{s['ready_max']:.2f} s (max), {s['partials']} partial messages")
-            if args.show:
-                for r in results:
-                    print("  REF:", normalize(r.reference))
-                    print("  HYP:", r.text)
-        if not args.coverage:
-            print(f"\nlargest number of sessions that kept real time: "
-                  f"{max(kept) if kept else 'none'} (of {runs}; load average now "
-                  f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
-    finally:
-        if stack is not None:
-            stack.close(keep_log=errors > 0)
+                print("  REF:", normalize(r.reference))
+                print("  HYP:", r.text)
+    print(f"\nlargest number of sessions that kept real time: "
+          f"{max(kept) if kept else 'none'} (of {runs}; load average now "
+          f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
+    return errors
 
 
 if __name__ == "__main__":

@@ -22,7 +22,6 @@ import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from ops.stack import scratch_valkey

@@ -156,68 +156,66 @@ def batch_sizes_from_metrics(text: str) -> str:
 
 def e2e_run(workers: int, jobs: list[dict[str, Any]], model: str, timeout_s: float,
             batch_size: int) -> None:
-    from ops.stack import EvalServer, Stack
-    data = Path(tempfile.mkdtemp(prefix="a5s-bench-")) / "data"
-    data.mkdir(parents=True)
-    stack = Stack(data, env={"A5S_MODELS__WHISPER": model, "A5S_WORKERS": str(workers),
-                             "A5S_MODELS__BATCH_SIZE": str(batch_size)})
+    from ops.stack import EvalServer, temporary_stack
     server = EvalServer(EVAL)
-    try:
-        stack.start(timeout_s=180)
-        if workers > 1:  # every extra worker joined (and loaded its models) before the load
-            deadline = time.monotonic() + 180
-            while len(list((data / "run").glob("worker-*.pid"))) < workers - 1 and \
-                    time.monotonic() < deadline:
-                time.sleep(1)
-            time.sleep(20)
-        keys = [stack.new_account(max_concurrent_jobs=20)[1] for _ in range(4)]
-        clients = [stack.client(k) for k in keys]
-        ids: dict[str, tuple[httpx.Client, float]] = {}
-        started = time.time()
-        for n, item in enumerate(jobs):
-            client = clients[n % len(clients)]
-            resp = client.post("/v1/transcripts",
-                               json={"audio_url": server.url(item["path"]) + f"?n={n}"})
-            resp.raise_for_status()
-            ids[resp.json()["id"]] = (client, item["duration"])
-        latencies: list[float] = []
-        audio = 0.0
-        last = started
-        failed = 0
-        deadline = time.monotonic() + timeout_s
-        pending = dict(ids)
-        while pending and time.monotonic() < deadline:
-            time.sleep(2)
-            for tid, (client, _) in list(pending.items()):
-                body = client.get(f"/v1/transcripts/{tid}").json()
-                if body["status"] not in ("completed", "error"):
-                    continue
-                del pending[tid]
-                if body["status"] == "error":
-                    failed += 1
-                    continue
-                from datetime import datetime
-                created = datetime.fromisoformat(body["created_at"].replace("Z", "+00:00"))
-                done = datetime.fromisoformat(body["completed_at"].replace("Z", "+00:00"))
-                latencies.append((done - created).total_seconds())
-                audio += float(body.get("audio_duration") or 0.0)
-                last = max(last, done.timestamp())
-        wall = last - started
-        metrics = httpx.get(stack.url("/metrics"), timeout=10).text
-        print(f"{workers} worker process(es): {len(latencies)}/{len(jobs)} completed, {failed} "
-              f"failed, {len(pending)} unfinished; {audio:.0f} s of audio in {wall:.0f} s = "
-              f"{audio / wall if wall else 0:.2f} audio-h/h; latency p50 {_pct(latencies, .5):.0f}"
-              f" s  p90 {_pct(latencies, .9):.0f} s  p99 {_pct(latencies, .99):.0f} s; service "
-              f"batcher: {batch_sizes_from_metrics(metrics)}; load {_load()}")
-        for log in sorted((data / "logs").glob("worker-*.log")):
-            lines = [ln for ln in log.read_text(errors="replace").splitlines()
-                     if "asr batching:" in ln]
-            if lines:
-                print(f"   {log.name}: {lines[-1].split('asr batching: ', 1)[1]}")
-    finally:
-        stack.stop()
-        server.close()
-        shutil.rmtree(data.parent, ignore_errors=True)
+    env = {"A5S_MODELS__WHISPER": model, "A5S_WORKERS": str(workers),
+           "A5S_MODELS__BATCH_SIZE": str(batch_size)}
+    with temporary_stack(env) as stack:
+        try:
+            data = stack.data_dir
+            if workers > 1:  # every extra worker joined (and loaded its models) before the load
+                deadline = time.monotonic() + 180
+                while len(list((data / "run").glob("worker-*.pid"))) < workers - 1 and \
+                        time.monotonic() < deadline:
+                    time.sleep(1)
+                time.sleep(20)
+            keys = [stack.new_account(max_concurrent_jobs=20)[1] for _ in range(4)]
+            clients = [stack.client(k) for k in keys]
+            ids: dict[str, tuple[httpx.Client, float]] = {}
+            started = time.time()
+            for n, item in enumerate(jobs):
+                client = clients[n % len(clients)]
+                resp = client.post("/v1/transcripts",
+                                   json={"audio_url": server.url(item["path"]) + f"?n={n}"})
+                resp.raise_for_status()
+                ids[resp.json()["id"]] = (client, item["duration"])
+            latencies: list[float] = []
+            audio = 0.0
+            last = started
+            failed = 0
+            deadline = time.monotonic() + timeout_s
+            pending = dict(ids)
+            while pending and time.monotonic() < deadline:
+                time.sleep(2)
+                for tid, (client, _) in list(pending.items()):
+                    body = client.get(f"/v1/transcripts/{tid}").json()
+                    if body["status"] not in ("completed", "error"):
+                        continue
+                    del pending[tid]
+                    if body["status"] == "error":
+                        failed += 1
+                        continue
+                    from datetime import datetime
+                    created = datetime.fromisoformat(body["created_at"].replace("Z", "+00:00"))
+                    done = datetime.fromisoformat(body["completed_at"].replace("Z", "+00:00"))
+                    latencies.append((done - created).total_seconds())
+                    audio += float(body.get("audio_duration") or 0.0)
+                    last = max(last, done.timestamp())
+            wall = last - started
+            metrics = httpx.get(stack.url("/metrics"), timeout=10).text
+            print(f"{workers} worker process(es): {len(latencies)}/{len(jobs)} completed, "
+                  f"{failed} failed, {len(pending)} unfinished; {audio:.0f} s of audio in "
+                  f"{wall:.0f} s = {audio / wall if wall else 0:.2f} audio-h/h; latency p50 "
+                  f"{_pct(latencies, .5):.0f} s  p90 {_pct(latencies, .9):.0f} s  p99 "
+                  f"{_pct(latencies, .99):.0f} s; service batcher: "
+                  f"{batch_sizes_from_metrics(metrics)}; load {_load()}")
+            for log in sorted((data / "logs").glob("worker-*.log")):
+                lines = [ln for ln in log.read_text(errors="replace").splitlines()
+                         if "asr batching:" in ln]
+                if lines:
+                    print(f"   {log.name}: {lines[-1].split('asr batching: ', 1)[1]}")
+        finally:
+            server.close()
 
 
 # --- 3. GPU -------------------------------------------------------------------------------------

@@ -32,7 +32,6 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import urlencode, urlsplit
 
-from schemas import ids
 from schemas.api import (CreateTranscript, DeletedTranscript, Transcript, TranscriptSummary, Word,
                          normalise_language)
 from schemas.assemblyai import (REFUSED, AaiCreateTranscript, AaiError, AaiPageDetails,

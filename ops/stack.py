@@ -13,10 +13,12 @@ import http.server
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -32,7 +34,8 @@ from ops.embedded import _binary, wait_port
 REPO = Path(__file__).resolve().parents[1]
 EVAL = REPO.parent / "shared" / "eval"
 
-__all__ = ["Stack", "StackExited", "free_port", "scratch_valkey", "EvalServer", "REPO", "EVAL"]
+__all__ = ["Stack", "StackExited", "free_port", "scratch_valkey", "temporary_stack", "EvalServer",
+           "REPO", "EVAL"]
 
 
 def free_port() -> int:
@@ -184,6 +187,14 @@ class Stack:
             return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
         return "(no log)"
 
+    def keep_log(self) -> Path:
+        """A copy of the log where a temporary stack's removal leaves it."""
+        kept = Path(tempfile.gettempdir()) / "a5s-bench.log"
+        with contextlib.suppress(OSError):
+            shutil.copy(self.log_path, kept)
+            print(f"the stack's log is kept in {kept}", file=sys.stderr)
+        return kept
+
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGINT)
@@ -281,3 +292,26 @@ class Stack:
             time.sleep(0.5)
         raise TimeoutError(f"{tid} still {body.get('status')} after {timeout_s} s: "
                            f"{json.dumps(body)[:300]}")
+
+
+@contextlib.contextmanager
+def temporary_stack(env: dict[str, str] | None = None, args: tuple[str, ...] = (),
+                    timeout_s: float = 180.0) -> Iterator[Stack]:
+    """A started stack in a temporary directory, stopped and removed after the block.
+
+    If the block raises, the stack's log is kept as ``a5s-bench.log`` in the temporary
+    directory's parent, so the failure can be read after the directory is gone.
+    """
+    root = Path(tempfile.mkdtemp(prefix="a5s-bench-"))
+    stack = Stack(root / "data", env=dict(env or {}), args=args)
+    stack.data_dir.mkdir()
+    failed = True
+    try:
+        stack.start(timeout_s)
+        yield stack
+        failed = False
+    finally:
+        stack.stop()
+        if failed:
+            stack.keep_log()
+        shutil.rmtree(root, ignore_errors=True)

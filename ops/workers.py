@@ -19,7 +19,6 @@ Delivery is at-least-once and every stage is idempotent, so nothing is lost.
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 import time

@@ -30,8 +30,8 @@ from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
 
-__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer", "CUDA_BATCH",
-           "CUDA_BATCH_WITH_TIMESTAMPS"]
+__all__ = ["Engines", "AsrLayout", "PcmSamples", "load_zipformer", "import_model_code",
+           "CUDA_BATCH", "CUDA_BATCH_WITH_TIMESTAMPS"]
 
 log = logging.getLogger(__name__)
 
@@ -95,16 +95,39 @@ def load_zipformer(m: ModelSettings, layout: AsrLayout) -> Any:
         beam=m.zipformer_beam))
 
 
+_imports = threading.Lock()
+_imported = False
+
+
+def import_model_code() -> None:
+    """Imports what the pools' threads run (torch, scipy, onnxruntime: seconds), one thread
+    at a time: scipy's package set-up breaks for good when two threads run it at once.
+
+    ``warm()`` calls it first, off the event loop, so the API and the consumer start while
+    it runs; every pool call waits for it, since after a restart replayed records reach
+    the stages while ``warm()`` is still importing.
+    """
+    global _imported
+    if _imported:
+        return
+    with _imports:
+        if not _imported:
+            from . import audio, diarization, vad  # noqa: F401
+            _imported = True
+
+
+def _read_chunk(pcm: Path, chunk: Region) -> np.ndarray:
+    import_model_code()
+    from .audio import read_pcm
+    return read_pcm(pcm, chunk)
+
+
 class Engines:
     """Lazily loaded recognisers; ``warm()`` loads them ahead of the first job."""
 
     def __init__(self, settings: Settings, registry: Any = None) -> None:
         """``registry``: the process's Prometheus registry, for the ASR batch-size histogram."""
         from .asr.batching import BatchingTranscriber, BatchOptions
-        # What the pools' threads import, imported here on the constructing thread first:
-        # scipy's package set-up breaks for good when two threads run it at once, and after
-        # a restart replayed records reach the stages while warm() is still loading.
-        from . import audio, diarization, vad  # noqa: F401
         self.settings = settings
         self.layout = layout = AsrLayout.of(settings.models)
         self.pool = ThreadPoolExecutor(layout.stage_workers, thread_name_prefix="models")
@@ -144,6 +167,7 @@ class Engines:
                                                                 fn, *args)
 
     def _slotted(self, fn: Callable[..., Any], *args: Any) -> Any:
+        import_model_code()
         with self._slots:
             return fn(*args)
 
@@ -205,6 +229,7 @@ class Engines:
             return self._vad
 
     def warm(self) -> None:
+        import_model_code()
         _ = self.asr, self.diarizer, self.vad
 
     # --- work (called on the pool) ----------------------------------------------------------
@@ -227,13 +252,12 @@ class Engines:
         worker when it is the only job. The chunks rank by the job's arrival here: the
         oldest job in flight is recognised first, on every worker.
         """
-        from .audio import read_pcm
         window = asyncio.Semaphore(self.layout.batch_size * self.layout.workers)
         rank = time.monotonic()
 
         async def one(chunk: Region) -> list[TimedWord]:
             async with window:
-                audio = await asyncio.to_thread(read_pcm, pcm, chunk)
+                audio = await asyncio.to_thread(_read_chunk, pcm, chunk)
                 return await self.batcher.transcribe(audio, chunk.start, rank)
 
         words: list[TimedWord] = []

@@ -21,6 +21,9 @@ from .models import check_engines
 
 __all__ = ["run", "run_worker", "startup_check"]
 
+SHUTDOWN_WAIT_S = 0.05
+SHUTDOWN_WAITS = 4
+
 
 def startup_check(settings: Settings) -> dict[str, str]:
     """Validate the engine settings before anything starts.
@@ -72,6 +75,22 @@ def run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoop
             if before_stop is not None:
                 await before_stop()
             self._schedule_shutdown(signal.SIGTERM)
+
+        # Once the app has stopped (offsets committed, the gateway drained), mode waits up
+        # to 1 s for the tasks left, then 1 s more before it closes the loop: 2 s of every
+        # stop and restart. The tasks left are clients' idle loops; they are cancelled
+        # after a short wait instead.
+
+        def _gather_all(self) -> None:
+            for _ in range(SHUTDOWN_WAITS):
+                if not asyncio.all_tasks(self.loop):
+                    break
+                self.loop.run_until_complete(asyncio.sleep(SHUTDOWN_WAIT_S))
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+
+        async def _sentinel_task(self) -> None:
+            await asyncio.sleep(SHUTDOWN_WAIT_S)
 
     worker = Worker(app, loop=loop, loglevel=settings.log_level, quiet=True,
                     redirect_stdouts=False, override_logging=False)

@@ -221,6 +221,9 @@ class Settings(BaseSettings):
     replication_factor: int = 1
     app_id: str = "a5s"
     embedded: EmbeddedPorts = EmbeddedPorts()
+    restart_delay_max_s: float = Field(30.0, ge=0)
+    """``a5s up`` restarts a service that died after 2 s, doubling while it keeps dying within
+    30 s of its start, up to this."""
 
     limits: DefaultLimits = DefaultLimits()
     webhooks: WebhookSettings = WebhookSettings()

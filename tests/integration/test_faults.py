@@ -135,7 +135,10 @@ def fstack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     env = {"A5S_WEBHOOKS__RETRY_SCHEDULE_S": "[1, 2, 2, 5]", "A5S_WEBHOOKS__TIMEOUT_S": "2",
            "A5S_WEBHOOKS__ALLOW_LOOPBACK": "true",
            # the smallest model: these tests are about delivery, not about words
-           "A5S_MODELS__WHISPER": "tiny.en", "A5S_MODELS__BEAM_SIZE": "1"}
+           "A5S_MODELS__WHISPER": "tiny.en", "A5S_MODELS__BEAM_SIZE": "1",
+           # six kills within seconds of each start would wait 90 s in all at the default
+           # crash-loop backoff (tests/unit/test_ops_restart.py checks that schedule)
+           "A5S_RESTART_DELAY_MAX_S": "2"}
     s = Stack(tmp_path_factory.mktemp("faults") / "data", env=env)
     s.data_dir.mkdir(parents=True)
     s.start()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 
 import pytest
 from faust.types import TP

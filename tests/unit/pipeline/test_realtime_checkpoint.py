@@ -18,7 +18,7 @@ from pipeline.realtime.checkpoint import FedAudio, checkpoint_for, resume_audio
 from pipeline.realtime.recognizer import pcm_to_float
 from schemas.records import OpenSegment, RealtimeAudio, RealtimeCheckpoint, ResumePoint
 
-from asr_support import JFK, words_of
+from asr_support import JFK
 from test_realtime_recognizer import frames, pcm_of
 
 

@@ -58,7 +58,7 @@ async def test_a_completed_job_is_announced_with_its_text_and_webhook(tmp_path: 
 async def test_a_replay_after_clean_up_reads_the_saved_result_and_schedules_no_webhook(
         tmp_path: Path) -> None:
     h = Harness.for_node("publish", tmp_path)
-    row = await h.job(webhook_url="https://hooks.example/x")
+    await h.job(webhook_url="https://hooks.example/x")
     h.transcripts.results["tr_1"] = TranscriptResult(text="saved")
     await publish.settle(h.ports, OK, NOW)
     await h.objects.delete(FILES.spec)  # the delivery ended and took the spec with it
