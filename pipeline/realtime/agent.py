@@ -61,6 +61,7 @@ from schemas.settings import Settings
 from stores.kafka import LIVE_CLIENT
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES, TopicSpec
 
+from ..engines import import_model_code
 from .checkpoint import CHECKPOINT_INTERVAL_S, FedAudio, checkpoint_for, resume_audio
 from .engine import RealtimeEngine
 from .models import ModelOptions, StreamingModels
@@ -223,6 +224,9 @@ class RealtimeAgent:
 
     async def _load(self) -> None:
         started = time.monotonic()
+        # torch (silero-vad's, a TorchScript export's) is imported by one thread at a time:
+        # the batch models' warm-up may be importing it now
+        await asyncio.get_running_loop().run_in_executor(None, import_model_code)
         if self.settings.models.streaming_engine == "zipformer":
             self.engine = await self._load_zipformer()  # type: ignore[assignment]
             log.info("realtime: zipformer loaded in %.1f s", time.monotonic() - started)
