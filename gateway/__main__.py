@@ -7,9 +7,9 @@ What ``a5s gateway`` runs, for deployments that start each role as its own proce
 from __future__ import annotations
 
 import argparse
-import sys
 
 from schemas.settings import SettingsError, load_settings
+from stores.process import exit_now
 
 from .serve import run
 
@@ -27,4 +27,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-import logging
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 import click
 
@@ -187,25 +186,13 @@ def _restart(stack: Any, name: str) -> None:
                    err=True)
 
 
-def _exit_now(code: int) -> NoReturn:
-    """Exit without the interpreter's teardown.
-
-    By now the process has stopped in order (offsets committed, ClickHouse's files
-    flushed, the pidfile removed); tearing down the models' and chdb's objects and a
-    last collection of their heap took 2 s of every stop and restart.
-    """
-    logging.shutdown()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
-
-
 @main.command()
 @data_dir_option
 def serve(data_dir: str | None) -> None:
     """Gateway and pipeline worker in one process (what ``up`` runs)."""
     from ops.service import ROLES, run
-    _exit_now(run(_settings(data_dir), set(ROLES)))
+    from stores.process import exit_now
+    exit_now(run(_settings(data_dir), set(ROLES)))
 
 
 @main.command()
@@ -213,7 +200,8 @@ def serve(data_dir: str | None) -> None:
 def gateway(data_dir: str | None) -> None:
     """The REST and WebSocket gateway alone (distributed deployments; ``python -m gateway``)."""
     from gateway.serve import run
-    _exit_now(run(_settings(data_dir)))
+    from stores.process import exit_now
+    exit_now(run(_settings(data_dir)))
 
 
 @main.command()
@@ -221,7 +209,8 @@ def gateway(data_dir: str | None) -> None:
 def worker(data_dir: str | None) -> None:
     """A pipeline worker alone (distributed deployments; ``python -m pipeline``)."""
     from pipeline.worker import run
-    _exit_now(run(_settings(data_dir)))
+    from stores.process import exit_now
+    exit_now(run(_settings(data_dir)))
 
 
 @main.group()

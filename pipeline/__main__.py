@@ -8,9 +8,9 @@ settings are checked before anything starts.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from schemas.settings import SettingsError, load_settings
+from stores.process import exit_now
 
 from .worker import run, startup_check
 
@@ -29,4 +29,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

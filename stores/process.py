@@ -15,13 +15,15 @@ import os
 import signal
 import sys
 from collections.abc import Iterator
+from typing import NoReturn
 
 from schemas.settings import Settings
 
 from .context import Context
 from .kafka import ensure_topics, pace_empty_fetches
 
-__all__ = ["STOP_SIGNALS", "configure_logging", "service_process", "single_threaded_blas"]
+__all__ = ["STOP_SIGNALS", "configure_logging", "service_process", "single_threaded_blas",
+           "exit_now"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
@@ -84,3 +86,14 @@ def service_process(settings: Settings, pidfile: str
                 loop.run_until_complete(ctx.close())
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
+
+
+def exit_now(code: int) -> NoReturn:
+    """Ends a service process that has stopped in order (offsets committed, ClickHouse's
+    files flushed, the pidfile removed) without the interpreter's teardown: freeing the
+    models' and chdb's objects and a last collection of their heap took 2 s of every stop
+    and restart."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
