@@ -19,6 +19,7 @@ import signal
 import sys
 import time
 
+from ops.procstat import alive
 from ops.stack import EVAL, EvalServer, Stack, temporary_stack
 
 __all__ = ["main"]
@@ -30,14 +31,6 @@ def _job(stack: Stack, key: str, url: str) -> str:
     with stack.client(key) as client:
         tid = client.post("/v1/transcripts", json={"audio_url": url}).json()["id"]
         return str(stack.wait_transcript(client, tid, timeout_s=300)["status"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def one_run(server: EvalServer) -> str:
@@ -56,7 +49,7 @@ def one_run(server: EvalServer) -> str:
         children = [int(p.read_text()) for p in (stack.data_dir / "run").glob("*.pid")]
         t2 = time.monotonic()
         stack.proc.send_signal(signal.SIGINT)
-        while (stack.proc.poll() is None or any(_alive(pid) for pid in children)) and \
+        while (stack.proc.poll() is None or any(alive(pid) for pid in children)) and \
                 time.monotonic() - t2 < 60:
             time.sleep(0.02)
         stopped = time.monotonic() - t2
