@@ -1,11 +1,13 @@
 """A live session survives the loss of the worker that holds it (``a5s up --workers 2``).
 
-A session streams a 56 s conversation at real-time pace. Once it is known to live on the
-extra worker (its log line names the process), that process is SIGKILLed. The supervisor
-restarts the broker to clear the dead group member, the service's own realtime agent is
-given the partition, sees a record of a session it does not hold and rebuilds it from the
-latest checkpoint the dead worker wrote into ``realtime-audio`` and the audio after it. The client must see no error (a
-pause is allowed), never lose text it was shown, and get the complete final transcript.
+A session streams a 56 s conversation at real-time pace. Its log line names the process
+that holds it: a session opened on the service's own agent is finished within a second or
+two and another is opened; one on the extra worker is streamed, and after 12 s that
+process is SIGKILLed. The supervisor restarts the broker to clear the dead group member,
+the service's own realtime agent is given the partition, sees a record of a session it
+does not hold and rebuilds it from the latest checkpoint the dead worker wrote into
+``realtime-audio`` and the audio after it. The client must see no error (a pause is
+allowed), never lose text it was shown, and get the complete final transcript.
 """
 
 from __future__ import annotations
@@ -84,6 +86,7 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
         since = sizes(logs)
         got: list[tuple[float, dict[str, Any]]] = []
         killed_at: float | None = None
+        found: tuple[str, int] | None = None
         async with websockets.connect(stack.ws_url, max_size=None,
                                       additional_headers={"Authorization": f"Bearer {key}"}) as ws:
             t0 = await started(ws)
@@ -97,13 +100,15 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
                 due = t0 + i / 32000
                 await asyncio.sleep(max(0.0, due - time.monotonic()))
                 await ws.send(pcm[i:i + FRAME])
-                if killed_at is None and time.monotonic() - t0 > 12:
+                elapsed = time.monotonic() - t0
+                if found is None and elapsed > 1:
                     found = holder(logs, since)
-                    assert found, "no worker took the session"
-                    if found[1] not in extra:
+                    if found is not None and found[1] not in extra:
                         await ws.send(json.dumps({"type": "finish"}))
                         await task
                         return None          # on the service's own agent: try another id
+                if killed_at is None and elapsed > 12:
+                    assert found, "no worker took the session"
                     os.kill(found[1], signal.SIGKILL)
                     killed_at = time.monotonic() - t0
             await ws.send(json.dumps({"type": "finish"}))
@@ -111,11 +116,11 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
             return {"messages": got, "killed_at": killed_at, "close": ws.close_code}
 
     result = None
-    for attempt in range(8):
+    for attempt in range(12):
         result = asyncio.run(asyncio.wait_for(session(attempt), 300))
         if result is not None:
             break
-    assert result is not None, "no session landed on the extra worker in 8 tries"
+    assert result is not None, "no session landed on the extra worker in 12 tries"
     messages, killed_at = result["messages"], result["killed_at"]
     kinds = [m["type"] for _, m in messages]
     assert "error" not in kinds and "provider_error" not in kinds, messages[-5:]
@@ -130,8 +135,9 @@ def test_killing_the_worker_of_a_live_session_loses_nothing(two_workers: Stack) 
               default=0.0)
     replay = re.findall(r"realtime: session \S+ (taken over .*|replayed .*)",
                         log.read_text(errors="replace"))
-    print(f"\nkilled at {killed_at:.1f} s of audio; longest pause between messages after it "
-          f"{gap:.1f} s; {len(texts)} transcripts; {replay}")
+    print(f"\nsession {attempt + 1} landed on the extra worker; killed at {killed_at:.1f} s of "
+          f"audio; longest pause between messages after it {gap:.1f} s; {len(texts)} "
+          f"transcripts; {replay}")
     assert jiwer.wer(" ".join(words(reference)), " ".join(words(final))) < 0.2, final
     assert "goodbye" in words(final)
     text = log.read_text(errors="replace")      # the service's agent took it over
