@@ -10,10 +10,12 @@ default 600 creates per minute is a ceiling). Jobs point ``audio_url`` at a loop
 port that refuses connections, so the pipeline ends each one at once and the figures
 are the gateway's admission path: rate limit, validation, Redis, ClickHouse, Kafka.
 
-Each phase (create, then get, then list) stops after ``--requests`` requests or
-``--duration`` seconds, whichever comes first, with ``--concurrency`` requests in
-flight. Printed per operation: requests, requests per second, p50 and p99 latency,
-and the status codes seen.
+Each phase (create, then get, then list, then the operators' health check) stops after
+``--requests`` requests or ``--duration`` seconds, whichever comes first, with
+``--concurrency`` requests in flight. Printed per operation: requests, requests per
+second, p50 and p99 latency, the status codes seen and, on the embedded stack, the CPU
+the service process spent per request (its pipeline ends the created jobs meanwhile, so
+the create phase's figure includes that; the get phase starts once they have ended).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import contextlib
 import json
 import os
 import random
+import shlex
+import sys
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -31,6 +35,7 @@ from dataclasses import dataclass, field
 
 import httpx
 
+from ops.procstat import cpu_seconds
 from ops.stack import Stack, free_port, temporary_stack
 
 __all__ = ["main", "PhaseResult", "run_phase", "percentile", "unthrottled_stack"]
@@ -42,14 +47,22 @@ class PhaseResult:
     latencies_ms: list[float] = field(default_factory=list)
     statuses: Counter[int] = field(default_factory=Counter)
     wall_s: float = 0.0
+    cpu_s: float | None = None
+    """CPU the service process spent during the phase, where its pid is known."""
+
+    def cpu_ms_per_request(self) -> float | None:
+        n = len(self.latencies_ms)
+        return None if self.cpu_s is None or not n else self.cpu_s * 1000 / n
 
     def line(self) -> str:
         n = len(self.latencies_ms)
         rps = n / self.wall_s if self.wall_s else 0.0
         codes = " ".join(f"{k}x{v}" for k, v in sorted(self.statuses.items()))
+        per = self.cpu_ms_per_request()
+        cpu = "" if per is None else f"  service CPU {per:.2f} ms/req"
         return (f"{self.name:<7} {n:>6} req  {rps:>8.1f} req/s  p50 "
                 f"{percentile(self.latencies_ms, 50):>7.1f} ms  p99 "
-                f"{percentile(self.latencies_ms, 99):>7.1f} ms  [{codes}]")
+                f"{percentile(self.latencies_ms, 99):>7.1f} ms  [{codes}]{cpu}")
 
 
 def percentile(values: list[float], pct: float) -> float:
@@ -60,10 +73,12 @@ def percentile(values: list[float], pct: float) -> float:
 
 
 async def run_phase(name: str, call: Callable[[int], Awaitable[httpx.Response]], *,
-                    requests: int, duration_s: float, concurrency: int) -> PhaseResult:
+                    requests: int, duration_s: float, concurrency: int,
+                    service_pid: int | None = None) -> PhaseResult:
     """Up to ``requests`` calls of ``call(i)`` within ``duration_s``, ``concurrency`` at once."""
     result = PhaseResult(name)
     counter = iter(range(requests))
+    cpu0 = cpu_seconds(service_pid) if service_pid else None
     started = time.perf_counter()
     deadline = started + duration_s
 
@@ -81,10 +96,14 @@ async def run_phase(name: str, call: Callable[[int], Awaitable[httpx.Response]],
 
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     result.wall_s = time.perf_counter() - started
+    cpu1 = cpu_seconds(service_pid) if service_pid else None
+    if cpu0 is not None and cpu1 is not None:
+        result.cpu_s = cpu1 - cpu0
     return result
 
 
-async def bench(url: str, key: str, args: argparse.Namespace) -> list[PhaseResult]:
+async def bench(url: str, key: str, args: argparse.Namespace,
+                service_pid: int | None = None) -> list[PhaseResult]:
     limits = httpx.Limits(max_connections=args.concurrency,
                           max_keepalive_connections=args.concurrency)
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {key}"},
@@ -105,15 +124,31 @@ async def bench(url: str, key: str, args: argparse.Namespace) -> list[PhaseResul
         async def list_(i: int) -> httpx.Response:
             return await client.get("/v1/transcripts", params={"limit": 20})
 
+        async def health(i: int) -> httpx.Response:
+            return await client.get("/health")
+
         await client.get("/v1/account")  # warm the key cache and the connection pool
         opts = {"requests": args.requests, "duration_s": args.duration,
-                "concurrency": args.concurrency}
+                "concurrency": args.concurrency, "service_pid": service_pid}
         results = [await run_phase("create", create, **opts)]
         if not created:
             raise SystemExit("no transcript was created; see the status codes above")
+        await ended(client, created[-1], 30.0)
         results.append(await run_phase("get", get, **opts))
         results.append(await run_phase("list", list_, **opts))
+        results.append(await run_phase("health", health, **opts))
         return results
+
+
+async def ended(client: httpx.AsyncClient, transcript_id: str, timeout_s: float) -> None:
+    """Wait until the last created job has ended (the pipeline takes them in order), so the
+    next phase's CPU is its own."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        resp = await client.get(f"/v1/transcripts/{transcript_id}")
+        if resp.status_code == 200 and resp.json()["status"] in ("completed", "error"):
+            return
+        await asyncio.sleep(0.2)
 
 
 # --- an embedded stack of our own ---------------------------------------------------------------
@@ -139,21 +174,27 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.url and not args.key:
         parser.error("--url needs --key")
+    print("command:", shlex.join(["python", "-m", "bench.api",
+                                  *(argv if argv is not None else sys.argv[1:])]))
+    print("load average before: %.2f %.2f %.2f" % os.getloadavg())
     with contextlib.ExitStack() as running:
-        url, key = args.url, args.key
+        url, key, pid = args.url, args.key, None
         if not url:
             stack, key = running.enter_context(unthrottled_stack())
-            url = stack.url("")
-        results = asyncio.run(bench(url, key, args))
+            url, pid = stack.url(""), stack.service_pid()
+        results = asyncio.run(bench(url, key, args, pid))
     print(f"a5s API bench: {url}, concurrency {args.concurrency}, {os.cpu_count()} cores")
     for r in results:
         print(r.line())
+    print("load average after: %.2f %.2f %.2f" % os.getloadavg())
     if args.json:
         print(json.dumps({r.name: {"requests": len(r.latencies_ms),
                                    "rps": round(len(r.latencies_ms) / r.wall_s, 1),
                                    "p50_ms": round(percentile(r.latencies_ms, 50), 1),
                                    "p99_ms": round(percentile(r.latencies_ms, 99), 1),
-                                   "statuses": dict(r.statuses)} for r in results}))
+                                   "statuses": dict(r.statuses),
+                                   "service_cpu_ms_per_request": r.cpu_ms_per_request()}
+                          for r in results}))
     return 0
 
 
