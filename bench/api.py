@@ -32,13 +32,14 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx
 
 from ops.procstat import cpu_seconds
 from ops.stack import Stack, free_port, temporary_stack
 
-__all__ = ["main", "PhaseResult", "run_phase", "percentile", "unthrottled_stack"]
+__all__ = ["main", "PhaseResult", "run_phase", "percentile", "drain", "unthrottled_stack"]
 
 
 @dataclass
@@ -133,22 +134,26 @@ async def bench(url: str, key: str, args: argparse.Namespace,
         results = [await run_phase("create", create, **opts)]
         if not created:
             raise SystemExit("no transcript was created; see the status codes above")
-        await ended(client, created[-1], 30.0)
+        await drain(client, created, 30.0)  # the next phases' CPU is their own
         results.append(await run_phase("get", get, **opts))
         results.append(await run_phase("list", list_, **opts))
         results.append(await run_phase("health", health, **opts))
         return results
 
 
-async def ended(client: httpx.AsyncClient, transcript_id: str, timeout_s: float) -> None:
-    """Wait until the last created job has ended (the pipeline takes them in order), so the
-    next phase's CPU is its own."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        resp = await client.get(f"/v1/transcripts/{transcript_id}")
+async def drain(client: httpx.AsyncClient, created: list[str],
+                timeout_s: float) -> dict[str, Any]:
+    """Wait for the last of ``created`` to end (first in, first out: it ends last), so
+    what follows is measured on an empty queue: this module's phases after its
+    creates, ``bench.load``'s backlog after its sustained phase."""
+    started = time.monotonic()
+    while created and time.monotonic() - started < timeout_s:
+        resp = await client.get(f"/v1/transcripts/{created[-1]}")
         if resp.status_code == 200 and resp.json()["status"] in ("completed", "error"):
-            return
-        await asyncio.sleep(0.2)
+            break
+        await asyncio.sleep(0.5)
+    waited = time.monotonic() - started
+    return {"jobs": len(created), "drain_s": round(waited, 1)}
 
 
 # --- an embedded stack of our own ---------------------------------------------------------------

@@ -36,7 +36,7 @@ from typing import Any
 
 import httpx
 
-from bench.api import percentile, unthrottled_stack
+from bench.api import drain, percentile, unthrottled_stack
 from ops.procstat import PROCESSES, memory_kb, pid_of
 from ops.stack import free_port
 
@@ -104,20 +104,6 @@ async def sustained(client: httpx.AsyncClient, samples: Samples, duration_s: flo
 
     await asyncio.gather(*(one() for _ in range(concurrency)))
     return created
-
-
-async def drain_sustained(client: httpx.AsyncClient, created: list[str],
-                          timeout_s: float) -> dict[str, Any]:
-    """Wait for the last job the sustained phase created (first in, first out: it ends
-    last), so the backlog that follows is measured on an empty queue."""
-    started = time.monotonic()
-    while created and time.monotonic() - started < timeout_s:
-        resp = await client.get(f"/v1/transcripts/{created[-1]}")
-        if resp.status_code == 200 and resp.json()["status"] in ("completed", "error"):
-            break
-        await asyncio.sleep(0.5)
-    waited = time.monotonic() - started
-    return {"jobs": len(created), "drain_s": round(waited, 1)}
 
 
 async def backlog(client: httpx.AsyncClient, samples: Samples, jobs: int,
@@ -217,11 +203,11 @@ async def run(url: str, key: str, run_dir: Path, args: argparse.Namespace) -> di
                                  timeout=30, limits=limits) as client:
         await client.get("/v1/account")
         created = await sustained(client, samples, args.duration, args.concurrency)
-        after = await drain_sustained(client, created, args.backlog_timeout)
-        drain = await backlog(client, samples, args.backlog, args.backlog_timeout)
+        after = await drain(client, created, args.backlog_timeout)
+        queued = await backlog(client, samples, args.backlog, args.backlog_timeout)
     stop.set()
     await sampler
-    figures = report(samples, drain)
+    figures = report(samples, queued)
     figures["sustained_jobs"] = after
     return figures
 
