@@ -47,6 +47,10 @@ _DC_POLE = 0.995
 """Pole of the DC-blocking high-pass filter: about 13 Hz at 16 kHz, below any voice."""
 _DC_BLOCK = 2048
 """Samples the DC blocker sums at once (see :class:`_DcBlocker`)."""
+_DC_GROW = _DC_POLE ** np.arange(_DC_BLOCK, dtype=np.float64)
+"""``p^n`` across a block, shared by every decode."""
+_DC_SHRINK = 1.0 / _DC_GROW
+"""``p^-k`` across a block."""
 
 _ANTIPHASE_RATIO = 10.0
 """Side (L-R) energy this many times the mid (L+R) energy means the channels cancel."""
@@ -115,9 +119,6 @@ class _DcBlocker:
     """
 
     def __init__(self) -> None:
-        k = np.arange(_DC_BLOCK, dtype=np.float64)
-        self._grow = _DC_POLE ** k          # p^n
-        self._shrink = _DC_POLE ** -k       # p^-k
         self._last_x: float | None = None
         self._last_y = 0.0
 
@@ -134,7 +135,7 @@ class _DcBlocker:
             n = block.size
             step = np.diff(block, prepend=self._last_x)
             step[0] += _DC_POLE * self._last_y
-            out = self._grow[:n] * np.cumsum(step * self._shrink[:n])
+            out = _DC_GROW[:n] * np.cumsum(step * _DC_SHRINK[:n])
             y[start:start + n] = out
             self._last_x, self._last_y = float(block[-1]), float(out[-1])
         return y
