@@ -109,6 +109,40 @@ class _Source:
             handle.close()
 
 
+class Poll:
+    """One ``wait``: each status reported once, the caller's deadline, and a backoff from
+    the poll interval up to ten times it (the blocking and the async client share it; the
+    caller owns the clock and the sleeping)."""
+
+    def __init__(self, interval: float, timeout: float | None, now: float,
+                 on_progress: Progress | None = None, raise_on_error: bool = True) -> None:
+        self.interval = self.delay = interval
+        self.timeout = timeout
+        self.deadline = None if timeout is None else now + timeout
+        self.on_progress = on_progress
+        self.raise_on_error = raise_on_error
+        self.seen: str | None = None
+
+    def after(self, transcript: Transcript, now: float) -> float | None:
+        """Seconds to sleep before the next poll, or None once the job has ended.
+
+        Raises:
+            TranscriptFailed: it ended in ``error`` (unless ``raise_on_error`` is false).
+            WaitTimeout: the next poll would come after the deadline.
+        """
+        if transcript.status != self.seen and self.on_progress is not None:
+            self.on_progress(transcript.status, transcript)
+        self.seen = transcript.status
+        if transcript.status in ("completed", "error"):
+            if transcript.status == "error" and self.raise_on_error:
+                raise TranscriptFailed(transcript)
+            return None
+        if self.deadline is not None and now + self.delay > self.deadline:
+            raise WaitTimeout(transcript, self.timeout or 0.0)
+        delay, self.delay = self.delay, min(self.delay * 1.5, self.interval * 10)
+        return delay
+
+
 class _Base:
     def __init__(self, api_key: str | None, base_url: str | None, max_retries: int,
                  poll_interval: float) -> None:
@@ -293,22 +327,14 @@ class Client(_Base):
             TranscriptFailed: it ended in ``error`` (unless ``raise_on_error`` is false).
             WaitTimeout: ``timeout`` seconds passed first; the job keeps running.
         """
-        interval = poll_interval or self.poll_interval
-        deadline = None if timeout is None else time.monotonic() + timeout
-        delay, seen = interval, None
+        poll = Poll(poll_interval or self.poll_interval, timeout, time.monotonic(),
+                    on_progress, raise_on_error)
         while True:
             transcript = self.get_transcript(transcript_id)
-            if transcript.status != seen and on_progress is not None:
-                on_progress(transcript.status, transcript)
-            seen = transcript.status
-            if transcript.status in ("completed", "error"):
-                if transcript.status == "error" and raise_on_error:
-                    raise TranscriptFailed(transcript)
+            delay = poll.after(transcript, time.monotonic())
+            if delay is None:
                 return transcript
-            if deadline is not None and time.monotonic() + delay > deadline:
-                raise WaitTimeout(transcript, timeout or 0.0)
             time.sleep(delay)
-            delay = min(delay * 1.5, interval * 10)
 
     def transcribe(self, file_or_url: FileInput, *, wait: bool = True,
                    poll_interval: float | None = None, timeout: float | None = None,
@@ -453,23 +479,15 @@ class AsyncClient(_Base):
     async def wait(self, transcript_id: str, *, timeout: float | None = None,
                    poll_interval: float | None = None, on_progress: Progress | None = None,
                    raise_on_error: bool = True) -> Transcript:
-        interval = poll_interval or self.poll_interval
         loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        delay, seen = interval, None
+        poll = Poll(poll_interval or self.poll_interval, timeout, loop.time(), on_progress,
+                    raise_on_error)
         while True:
             transcript = await self.get_transcript(transcript_id)
-            if transcript.status != seen and on_progress is not None:
-                on_progress(transcript.status, transcript)
-            seen = transcript.status
-            if transcript.status in ("completed", "error"):
-                if transcript.status == "error" and raise_on_error:
-                    raise TranscriptFailed(transcript)
+            delay = poll.after(transcript, loop.time())
+            if delay is None:
                 return transcript
-            if deadline is not None and loop.time() + delay > deadline:
-                raise WaitTimeout(transcript, timeout or 0.0)
             await asyncio.sleep(delay)
-            delay = min(delay * 1.5, interval * 10)
 
     async def transcribe(self, file_or_url: str | Path | bytes, *, wait: bool = True,
                          poll_interval: float | None = None, timeout: float | None = None,
