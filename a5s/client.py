@@ -119,9 +119,8 @@ class Poll:
         self.interval = self.delay = interval
         self.timeout = timeout
         self.deadline = None if timeout is None else now + timeout
-        self.on_progress = on_progress
+        self.on_progress = _deduped(on_progress)
         self.raise_on_error = raise_on_error
-        self.seen: str | None = None
 
     def after(self, transcript: Transcript, now: float) -> float | None:
         """Seconds to sleep before the next poll, or None once the job has ended.
@@ -130,9 +129,8 @@ class Poll:
             TranscriptFailed: it ended in ``error`` (unless ``raise_on_error`` is false).
             WaitTimeout: the next poll would come after the deadline.
         """
-        if transcript.status != self.seen and self.on_progress is not None:
+        if self.on_progress is not None:
             self.on_progress(transcript.status, transcript)
-        self.seen = transcript.status
         if transcript.status in ("completed", "error"):
             if transcript.status == "error" and self.raise_on_error:
                 raise TranscriptFailed(transcript)
