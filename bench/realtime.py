@@ -426,9 +426,9 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
                 print("  session error:", r.error)
         print(f"WER {s['wer'] * 100:.2f}% (S{s['sub']} D{s['del']} I{s['ins']} of "
               f"{s['words']} words)")
-        print(f"final latency: median {s['final_median']:.2f} s, p95 {s['final_p95']:.2f} s, "
+        print(f"final latency: median {s['final_median']:.3f} s, p95 {s['final_p95']:.3f} s, "
               f"max {s['final_max']:.2f} s over {s['finals']} finals")
-        print(f"first partial: median {s['first_median']:.2f} s, p95 {s['first_p95']:.2f} s, "
+        print(f"first partial: median {s['first_median']:.3f} s, p95 {s['first_p95']:.3f} s, "
               f"max {s['first_max']:.2f} s over {s['firsts']} phrases")
         print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finished after "
               f"finish {s['finish_max']:.2f} s (max), ready after connect "

@@ -188,12 +188,12 @@ def _pause(live: bool, quiet_s: float, pause_s: float, live_pause_s: float,
            live_busy_s: float, live_idle_s: float, live_idle_pause_s: float
            ) -> tuple[float, bool]:
     """How long a consumer pauses after an empty fetch, ``quiet_s`` after its last record,
-    and whether a record produced in this process wakes it. Only an idle live consumer's
-    pause is not capped by its fetch wait."""
+    and whether a record produced in this process wakes it. Only a live consumer that is
+    woken has its pause not capped by its fetch wait (10 ms while records flow)."""
     if not live:
         return pause_s, True
     if quiet_s < live_busy_s:
-        return live_pause_s, False
+        return live_pause_s, True
     if quiet_s < live_idle_s:
         return pause_s, False
     return live_idle_pause_s, True
@@ -288,8 +288,7 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
     it, and a hop costs no pause. ``pause_s`` bounds what a record written by another
     process (an extra worker, a client) waits. With a 50 ms pause and no wake-up, a lone
     2.9 s job took 0.73 s from submission to completion and an idle service used 57 ms of
-    CPU a second; woken, with 250 ms, 0.46 s and 33 ms (``python -m bench.lone``). The live
-    consumers are not woken: on every 60 ms audio record that cost more than it saved.
+    CPU a second; woken, with 250 ms, 0.46 s and 33 ms (``python -m bench.lone``).
 
     A woken consumer pauses alike after a fetch that brought records and left it caught up
     (:func:`caught_up`), once it has handed them over: otherwise each record of a job's
@@ -299,6 +298,12 @@ def pace_empty_fetches(pause_s: float = 0.25, live_pause_s: float = 0.01,
     A live consumer (:data:`LIVE_CLIENT`) that received a record in the last
     ``live_busy_s`` pauses at most ``live_pause_s``: with 50 ms, each of the two hops of
     live audio and transcripts waited 37-44 ms (median) under load, 17-19 ms with 10 ms.
+    A record produced in this process (the gateway's audio, the worker's transcripts, in
+    the embedded default) wakes it within that pause: with 5 live sessions the final p50
+    fell from 0.260 to 0.247 s at the same CPU (medians of alternating runs,
+    docs/realtime.md, "Live consumers woken by their own process"). Waking them was
+    first measured with 60 ms audio records and a 50 ms pause, and cost more than it
+    saved.
     One that received nothing for ``live_idle_s`` (no live session on this worker or
     gateway) pauses ``live_idle_pause_s`` and is woken like the others: the first record
     of a session produced in this process (the embedded default) comes at once, one

@@ -108,3 +108,56 @@ def test_a_caught_up_fetch_hands_its_records_over_then_a_record_produced_here_wa
     # or had the record produced here not woken it.
     assert float(backlog_s) < 10.0
     assert float(woken_s) < 10.0
+
+
+_BUSY = """
+import asyncio, sys, time
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from stores.kafka import pace_empty_fetches
+
+bootstrap, topic, client_id = sys.argv[1], sys.argv[2], sys.argv[3]
+# A live consumer that received a record in the last 600 s pauses 30 s after an empty fetch.
+pace_empty_fetches(live_pause_s=30.0, live_busy_s=600.0)
+
+async def main():
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    await admin.create_topics([NewTopic(topic, 1, 1)])
+    await admin.close()
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
+                                enable_auto_commit=False, client_id=client_id)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    await producer.start()
+    tp = TopicPartition(topic, 0)
+    consumer.assign([tp])
+    await consumer.seek_to_end(tp)
+    await consumer.position(tp)
+    await producer.send_and_wait(topic, b"first")
+    await asyncio.wait_for(consumer.getone(), 25)  # records flow: the consumer is busy
+    waiting = asyncio.ensure_future(consumer.getone())  # as the service's loops wait
+    await asyncio.sleep(1.0)  # its next fetch came back empty: paused
+    await producer.send_and_wait(topic, b"final")
+    sent = time.monotonic()
+    record = await asyncio.wait_for(waiting, 25)
+    print(record.value.decode(), round(time.monotonic() - sent, 3))
+    await producer.stop()
+    await consumer.stop()
+
+asyncio.run(main())
+"""
+
+
+def test_a_busy_live_consumer_is_woken_by_a_record_produced_here(stack: Stack) -> None:
+    """While a session's records flow, a live consumer (the worker's of audio, the
+    gateway's of transcripts) does not sleep out its pause: a record produced in its
+    process reaches it at once (without the wake-up it would wait the 30 s pause)."""
+    bootstrap = f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}"
+    topic = f"test.busy-{uuid.uuid4().hex[:8]}"
+    done = subprocess.run([sys.executable, "-c", _BUSY, bootstrap, topic, f"a5s{LIVE_CLIENT}-busy"],
+                          capture_output=True, text=True, timeout=90, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    value, seconds = done.stdout.split()
+    assert value == "final"
+    assert float(seconds) < 10.0

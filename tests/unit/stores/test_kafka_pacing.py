@@ -20,7 +20,7 @@ def test_live_consumers_poll_fast_while_records_flow_and_wait_for_a_wakeup_when_
         return _pause(live, quiet_s, pause_s=0.05, live_pause_s=0.01, live_busy_s=2.0,
                       live_idle_s=30.0, live_idle_pause_s=0.5)
 
-    assert pause(True, 0.5) == (0.01, False)    # a live session's records flow
+    assert pause(True, 0.5) == (0.01, True)     # a live session's records flow
     assert pause(True, 5.0) == (0.05, False)    # paused a moment
     assert pause(True, 60.0) == (0.5, True)     # no session: long, until a record is made here
     assert pause(True, math.inf) == (0.5, True)  # never a record since it started
