@@ -21,7 +21,7 @@ from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from stores.kafka import pace_empty_fetches
 
 bootstrap, topic, client_id = sys.argv[1], sys.argv[2], sys.argv[3]
-pace_empty_fetches(pause_s=30.0, live_idle_s=0.0, live_idle_pause_s=30.0)
+pace_empty_fetches(PACING)
 
 async def main():
     admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
@@ -30,7 +30,11 @@ async def main():
     await admin.close()
 """
 
-_SCRIPT = _PRELUDE + """    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
+# Pauses of 30 s: after an empty fetch, and for a live consumer idle (here at once).
+_IDLE_PAUSES = "pause_s=30.0, live_idle_s=0.0, live_idle_pause_s=30.0"
+
+_AT_THE_END = """\
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
                                 enable_auto_commit=False, client_id=client_id)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await consumer.start()
@@ -39,6 +43,9 @@ _SCRIPT = _PRELUDE + """    consumer = AIOKafkaConsumer(bootstrap_servers=bootst
     consumer.assign([tp])
     await consumer.seek_to_end(tp)
     await consumer.position(tp)
+"""
+
+_SCRIPT = _PRELUDE.replace("PACING", _IDLE_PAUSES) + _AT_THE_END + """\
     assert not await consumer.getmany(timeout_ms=1500)  # fetched nothing: now paused
     await producer.send_and_wait(topic, b"hello")
     sent = time.monotonic()
@@ -65,7 +72,8 @@ def test_a_consumer_paused_for_30_s_gets_a_record_produced_here_at_once(
     assert float(seconds) < 10.0  # far under the 30 s pause it would otherwise sleep out
 
 
-_BACKLOG = _PRELUDE + """    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
+_BACKLOG = _PRELUDE.replace("PACING", _IDLE_PAUSES) + """\
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
     await producer.start()
     sent = [await producer.send(topic, b"%03d" % n + b"x" * 97) for n in range(200)]
     await asyncio.gather(*sent)
@@ -110,30 +118,8 @@ def test_a_caught_up_fetch_hands_its_records_over_then_a_record_produced_here_wa
     assert float(woken_s) < 10.0
 
 
-_BUSY = """
-import asyncio, sys, time
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from stores.kafka import pace_empty_fetches
-
-bootstrap, topic, client_id = sys.argv[1], sys.argv[2], sys.argv[3]
 # A live consumer that received a record in the last 600 s pauses 30 s after an empty fetch.
-pace_empty_fetches(live_pause_s=30.0, live_busy_s=600.0)
-
-async def main():
-    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
-    await admin.start()
-    await admin.create_topics([NewTopic(topic, 1, 1)])
-    await admin.close()
-    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
-                                enable_auto_commit=False, client_id=client_id)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
-    await consumer.start()
-    await producer.start()
-    tp = TopicPartition(topic, 0)
-    consumer.assign([tp])
-    await consumer.seek_to_end(tp)
-    await consumer.position(tp)
+_BUSY = _PRELUDE.replace("PACING", "live_pause_s=30.0, live_busy_s=600.0") + _AT_THE_END + """\
     await producer.send_and_wait(topic, b"first")
     await asyncio.wait_for(consumer.getone(), 25)  # records flow: the consumer is busy
     waiting = asyncio.ensure_future(consumer.getone())  # as the service's loops wait
@@ -155,7 +141,8 @@ def test_a_busy_live_consumer_is_woken_by_a_record_produced_here(stack: Stack) -
     process reaches it at once (without the wake-up it would wait the 30 s pause)."""
     bootstrap = f"127.0.0.1:{stack.env['A5S_EMBEDDED__KAFKA']}"
     topic = f"test.busy-{uuid.uuid4().hex[:8]}"
-    done = subprocess.run([sys.executable, "-c", _BUSY, bootstrap, topic, f"a5s{LIVE_CLIENT}-busy"],
+    done = subprocess.run([sys.executable, "-c", _BUSY, bootstrap, topic,
+                           f"a5s{LIVE_CLIENT}-busy"],
                           capture_output=True, text=True, timeout=90, check=False)
     assert done.returncode == 0, done.stderr[-2000:]
     value, seconds = done.stdout.split()
