@@ -323,9 +323,9 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
           f"(difference {(s_wer - b_wer) * 100:+.2f} points); conversations only: streaming "
           f"{jiwer.wer([refs[k] for k in conv], [hyps[k] or '<empty>' for k in conv]) * 100:.2f}%,"
           f" batch {jiwer.wer([refs[k] for k in conv], [batch_hyps[k] or '<empty>' for k in conv]) * 100:.2f}%")
-    print(f"final latency p50 {_pct(finals, 50):.2f} s, p95 {_pct(finals, 95):.2f} s over "
-          f"{len(finals)} finals; first partial p50 {_pct(firsts, 50):.2f} s, p95 "
-          f"{_pct(firsts, 95):.2f} s over {len(firsts)} phrases (load average above)")
+    print(f"final latency p50 {_pct(finals, 50):.3f} s, p95 {_pct(finals, 95):.3f} s over "
+          f"{len(finals)} finals; first partial p50 {_pct(firsts, 50):.3f} s, p95 "
+          f"{_pct(firsts, 95):.3f} s over {len(firsts)} phrases (load average above)")
     return errors
 
 

@@ -33,7 +33,7 @@ async def main():
 # Pauses of 30 s: after an empty fetch, and for a live consumer idle (here at once).
 _IDLE_PAUSES = "pause_s=30.0, live_idle_s=0.0, live_idle_pause_s=30.0"
 
-_AT_THE_END = """\
+_CONSUMER_AT_THE_END = """\
     consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=60_000,
                                 enable_auto_commit=False, client_id=client_id)
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap)
@@ -45,7 +45,7 @@ _AT_THE_END = """\
     await consumer.position(tp)
 """
 
-_SCRIPT = _PRELUDE.replace("PACING", _IDLE_PAUSES) + _AT_THE_END + """\
+_SCRIPT = _PRELUDE.replace("PACING", _IDLE_PAUSES) + _CONSUMER_AT_THE_END + """\
     assert not await consumer.getmany(timeout_ms=1500)  # fetched nothing: now paused
     await producer.send_and_wait(topic, b"hello")
     sent = time.monotonic()
@@ -119,7 +119,8 @@ def test_a_caught_up_fetch_hands_its_records_over_then_a_record_produced_here_wa
 
 
 # A live consumer that received a record in the last 600 s pauses 30 s after an empty fetch.
-_BUSY = _PRELUDE.replace("PACING", "live_pause_s=30.0, live_busy_s=600.0") + _AT_THE_END + """\
+_BUSY = (_PRELUDE.replace("PACING", "live_pause_s=30.0, live_busy_s=600.0")
+         + _CONSUMER_AT_THE_END + """\
     await producer.send_and_wait(topic, b"first")
     await asyncio.wait_for(consumer.getone(), 25)  # records flow: the consumer is busy
     waiting = asyncio.ensure_future(consumer.getone())  # as the service's loops wait
@@ -132,7 +133,7 @@ _BUSY = _PRELUDE.replace("PACING", "live_pause_s=30.0, live_busy_s=600.0") + _AT
     await consumer.stop()
 
 asyncio.run(main())
-"""
+""")
 
 
 def test_a_busy_live_consumer_is_woken_by_a_record_produced_here(stack: Stack) -> None:
