@@ -145,12 +145,13 @@ class RealtimeSettings(BaseModel):
     allowed_origins: tuple[str, ...] = ()
     """Browser origins allowed besides the gateway's own (``*`` allows any); clients that
     send no ``Origin`` header (not browsers) are always allowed."""
-    batch_ms: int = 40
+    batch_ms: int = 20
     """The gateway forwards a session's audio in records of about this much audio, ms. The
-    frame that completes a phrase's end padding waits for its record to fill: 20 ms on
-    average with 60 ms records, 10 with 40. 20 ms records tripled the records and, with the
-    early decode, cost 1-4 points of a core per session and a final p95 over 0.6 s in half
-    of the runs (docs/realtime.md, "Early finals")."""
+    frame that completes a phrase's end padding waits for its record to fill: 10 ms on
+    average with 40 ms records, none with 20 (a client's frame each). With the live
+    consumers woken by their own process, 20 ms records took 12-17 ms off the 5-session
+    final p50 for about one point of a core per session; before that wake-up, the extra
+    records cost more than they saved (docs/realtime.md, "Audio records of 20 ms")."""
     early_pad_ms: int = Field(64, ge=0)
     """The worker's early speculative final decode, ms of the end padding it waits for (0:
     none; see ``VadOptions.early_pad_ms``), asked while a worker holds at most 5 sessions.
