@@ -149,7 +149,7 @@ class RealtimeSettings(BaseModel):
     """The gateway forwards a session's audio in records of about this much audio, ms. The
     frame that completes a phrase's end padding waits for its record to fill: 10 ms on
     average with 40 ms records, none with 20 (a client's frame each). With the live
-    consumers woken by their own process, 20 ms records took 12-17 ms off the 5-session
+    consumers woken by their own process, 20 ms records took 12-15 ms off the 5-session
     final p50 for about one point of a core per session; before that wake-up, the extra
     records cost more than they saved (docs/realtime.md, "Audio records of 20 ms")."""
     early_pad_ms: int = Field(64, ge=0)
