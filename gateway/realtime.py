@@ -229,8 +229,11 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
     def _on_worker(self, message: RealtimeMessage) -> None:
         self.session.acknowledged(message.seq)
         if message.type == "provider_error":
-            self._fail(StreamError(Code.a5sv2_unavailable, "The recognizer failed; start a new "
-                                   "session."), provider=message.text or "recognition failed")
+            # Before its first word the worker refused to open the session (full, or behind).
+            said = ("The recognizer failed; start a new session." if self.worker_ready.is_set()
+                    else "No recognizer can take the session now; retry shortly.")
+            self._fail(StreamError(Code.a5sv2_unavailable, said),
+                       provider=message.text or "recognition failed")
             return
         self.worker_ready.set()
         if message.replaying:

@@ -203,7 +203,7 @@ class Pipeline:
             item.check_write(spec)
             return await self.ctx.producer.send(spec, key, value)
 
-        self.realtime = RealtimeAgent(self.settings, send)
+        self.realtime = RealtimeAgent(self.settings, send, self.ctx.metrics)
 
         async def realtime() -> None:
             await self.realtime.serve()

@@ -184,6 +184,12 @@ class RealtimeSettings(BaseModel):
     """Sessions one worker decodes at once; more get ``a5sv2_unavailable``. On 2 cores a
     worker keeps 15 in real time with finals at p95 about 0.65 s; at 18 the p95 passes
     0.8 s (docs/realtime.md, "Sessions a worker")."""
+    admit_final_lag_s: float = Field(1.0, ge=0)
+    """A worker holding five sessions or more refuses a new one (``a5sv2_unavailable``)
+    while its last 20 s of finals came, at p90, more than this after the audio they
+    settle: on a slower host, or beside other work, the sessions it holds keep real time
+    instead of all falling behind (docs/realtime.md, "Admission by the finals' lag").
+    0: off, only ``worker_max_sessions`` counts."""
     worker_orphan_s: float = 90.0
     """A worker drops a session that received no audio record for this long."""
     log_keep_s: float = 15.0

@@ -128,6 +128,14 @@ class Metrics:
         self.live_sessions = Gauge(
             "a5s_live_sessions", "Realtime WebSocket sessions open on this process.",
             registry=r)
+        self.live_final_lag = Gauge(
+            "a5s_live_final_lag_seconds", "How long after their audio this process's live "
+            "finals of the last 20 s came, p90 (0: too few finals); past five sessions a "
+            "worker takes new ones only while it is at most realtime.admit_final_lag_s.",
+            registry=r)
+        self.live_refused = Counter(
+            "a5s_live_sessions_refused", "Live sessions this process's realtime worker did not "
+            "open: full, behind, or stopping.", registry=r)
         self.webhook_deliveries = Counter(
             "a5s_webhook_deliveries", "Webhook delivery attempts by outcome: delivered, "
             "retrying, rejected, gave_up, abandoned.", ["outcome"], registry=r)

@@ -68,6 +68,13 @@ PROM_PANELS = [
      "real time)."),
     ("Live sessions", "short", [("{{instance}}", "a5s_live_sessions")],
      "Realtime WebSocket sessions open, per process."),
+    ("Live finals' lag p90 (s) and refusals", "short",
+     [("lag {{instance}}", "a5s_live_final_lag_seconds"),
+      ("refused per minute {{instance}}",
+       "rate(a5s_live_sessions_refused_total[$__rate_interval]) * 60")],
+     "How long after their audio a worker's live finals came (p90 of the last 20 s), and "
+     "the new sessions it did not open: full, or behind (past five sessions it takes more "
+     "only while the lag is under realtime.admit_final_lag_s)."),
     ("Webhook deliveries per minute by outcome", "short",
      [("{{outcome}}", "sum by (outcome) "
        "(rate(a5s_webhook_deliveries_total[$__rate_interval])) * 60")],

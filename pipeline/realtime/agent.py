@@ -59,6 +59,7 @@ from schemas.errors import StreamError
 from schemas.records import RealtimeAudio, RealtimeCheckpoint, RealtimeMessage
 from schemas.settings import Settings
 from stores.kafka import LIVE_CLIENT
+from stores.metrics import Metrics
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES, TopicSpec
 
 from ..engines import import_model_code
@@ -97,7 +98,9 @@ def engine_options(settings: Settings) -> EngineOptions:
     early speculative decode.
     """
     m = settings.models
-    options = EngineOptions(max_sessions=settings.realtime.worker_max_sessions)
+    live = settings.realtime
+    options = EngineOptions(max_sessions=live.worker_max_sessions,
+                            admit_final_lag_s=live.admit_final_lag_s or None)
     rec = options.recognizer
     vad = rec.vad.model_copy(update={"early_pad_ms": settings.realtime.early_pad_ms})
     options = options.model_copy(update={"recognizer": rec.model_copy(update={"vad": vad})})
@@ -109,6 +112,16 @@ def engine_options(settings: Settings) -> EngineOptions:
                                       "wide_beam_sessions": None})
 
 
+def sent_at(timestamp_ms: int) -> float:
+    """When a record's gateway sent it (its broker timestamp), on this process's monotonic
+    clock: the finals' lag then counts the hop through the broker and the wait for this
+    loop too. A timestamp ahead of this host's clock counts as now."""
+    now = time.monotonic()
+    if timestamp_ms <= 0:
+        return now
+    return now - max(0.0, time.time() - timestamp_ms / 1000)
+
+
 @dataclass(eq=False)
 class _Live:
     id: str
@@ -117,8 +130,8 @@ class _Live:
     """The last record taken in by the decoder."""
     queued: int = 0
     """The last record put in ``inbox``."""
-    inbox: asyncio.Queue[tuple[RealtimeAudio, int]] = field(default_factory=asyncio.Queue)
-    """Records with their offsets."""
+    inbox: asyncio.Queue[tuple[RealtimeAudio, int, float]] = field(default_factory=asyncio.Queue)
+    """Records to feed: (record, its offset, when its gateway sent it on this clock)."""
     last_record: float = field(default_factory=time.monotonic)
     last_sent: float = 0.0
     task: asyncio.Task[None] | None = None
@@ -147,13 +160,18 @@ class RealtimeAgent:
     Args:
         settings: the process settings (``realtime`` group, models, Kafka).
         send: publishes a record (the worker's producer).
+        metrics: the process's metrics (the finals' lag and the sessions refused).
     """
 
-    def __init__(self, settings: Settings, send: Send) -> None:
+    def __init__(self, settings: Settings, send: Send, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.opts = settings.realtime
         self.send = send
+        self.metrics = metrics
         self.engine: RealtimeEngine | None = None
+        if metrics is not None:
+            metrics.live_final_lag.set_function(
+                lambda: (self.engine.final_lag() if self.engine else None) or 0.0)
         self.sessions: dict[str, _Live] = {}
         self._ended: dict[str, float] = {}
         self._assigned: set[int] = set()
@@ -275,7 +293,7 @@ class RealtimeAgent:
         live.last_record = time.monotonic()
         if record.seq == live.queued + 1:  # a lower one is a replay of a record already taken
             live.queued = record.seq
-            live.inbox.put_nowait((record, offset))
+            live.inbox.put_nowait((record, offset, sent_at(timestamp_ms)))
         elif record.seq > live.queued + 1 and live.missing != live.queued + 1:
             # One before it never came (a broker that lost an acknowledged record): taking
             # this one would decode the gap as silence. The acknowledgements stay at
@@ -309,8 +327,11 @@ class RealtimeAgent:
                 self.engine.open(sid)   # the vocabulary comes with the replayed record 0
             else:
                 self.engine.open(sid, [VocabularyTerm(text=t, strength=s)
-                                       for t, s in record.vocabulary or ()])
+                                       for t, s in record.vocabulary or ()], new=True)
         except StreamError as exc:
+            log.info("realtime: session %s not opened: %s", sid, exc.message)
+            if self.metrics is not None:
+                self.metrics.live_refused.inc()
             self._ended[sid] = time.monotonic()
             await self._message(sid, record.seq, "provider_error", text=exc.message)
             return
@@ -320,7 +341,7 @@ class RealtimeAgent:
             assert record.origin is not None
             live.replay = (record.origin, offset)
             live.queued = record.seq
-            live.inbox.put_nowait((record, offset))
+            live.inbox.put_nowait((record, offset, sent_at(timestamp_ms)))
             log.info("realtime: session %s taken over at record %d by process %d; replaying "
                      "offsets %d-%d of partition %d", sid, record.seq, os.getpid(),
                      record.origin, offset, partition)
@@ -424,10 +445,10 @@ class RealtimeAgent:
                     updates = waiter.result()
                 await self._publish(live, updates)
                 if getter in done:
-                    (record, offset), getter = getter.result(), None
+                    (record, offset, sent), getter = getter.result(), None
                     live.seq, live.gateway_id = record.seq, record.gateway_id
                     if record.pcm:
-                        updates = await engine.accept(live.id, record.pcm)
+                        updates = await engine.accept(live.id, record.pcm, sent)
                         live.fed.add(record.seq, offset, len(record.pcm) // 2)
                         await self._publish(live, updates)
                     if record.final:  # acknowledged first: the last finals may take a while

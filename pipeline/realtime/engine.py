@@ -42,6 +42,7 @@ from schemas.errors import StreamError, StreamErrorCode
 from schemas.records import ResumePoint
 
 from .decoder import Decoded, DecodeInput, WhisperDecoder
+from .lag import ArrivalClock, FinalLags, admits
 from .models import StreamingModels
 from .options import DecodeOptions, EngineOptions
 from .recognizer import (DecodeKind, DecodeRequest, SessionRecognizer, Update, check_opening,
@@ -100,6 +101,7 @@ class _Session:
     outbox: list[Update] = field(default_factory=list)
     error: BaseException | None = None
     in_flight: int = 0
+    clock: ArrivalClock = field(default_factory=ArrivalClock)
 
 
 class RealtimeEngine:
@@ -130,6 +132,7 @@ class RealtimeEngine:
         self._finals_running = 0                 # final and speculative final batches
         self._partial_rest_until = 0.0           # monotonic; see partial_rest
         self._wake: asyncio.TimerHandle | None = None
+        self._lags = FinalLags(options.admit_window_s)
 
     # ---------------------------------------------------------------- sessions
 
@@ -137,14 +140,27 @@ class RealtimeEngine:
     def session_count(self) -> int:
         return len(self._sessions)
 
-    def open(self, session_id: str, vocabulary: Sequence[VocabularyTerm] = ()) -> None:
-        """Start a session.
+    def final_lag(self, now: float | None = None) -> float | None:
+        """The p90 of the recent finals' lags, s (:mod:`.lag`); None: too few finals."""
+        return self._lags.quantile(0.9, time.monotonic() if now is None else now)
+
+    def open(self, session_id: str, vocabulary: Sequence[VocabularyTerm] = (), *,
+             new: bool = False) -> None:
+        """Start a session; ``new``: one a client has just started, not one moved here.
 
         Raises:
-            StreamError: ``a5sv2_unavailable`` (close 1013) when ``max_sessions`` are open.
+            StreamError: ``a5sv2_unavailable`` (close 1013) when ``max_sessions`` are open,
+                or for a new session past ``admit_floor`` while the recent finals lag by
+                more than ``admit_final_lag_s``.
             ValueError: the id is already open.
         """
         check_opening(session_id, self._sessions, self._closed, self._opts.max_sessions)
+        lag = self.final_lag()
+        if new and not admits(len(self._sessions), lag, floor=self._opts.admit_floor,
+                              limit_s=self._opts.admit_final_lag_s):
+            raise StreamError(StreamErrorCode.a5sv2_unavailable,
+                              f"the recognizer is behind (finals {lag:.1f} s after their "
+                              f"audio with {len(self._sessions)} sessions); retry shortly")
         rec = SessionRecognizer(self._models, vocabulary, self._opts.recognizer)
         self._sessions[session_id] = _Session(session_id, rec)
 
@@ -152,8 +168,11 @@ class RealtimeEngine:
         """Forget a session (its running decodes finish and are discarded). Idempotent."""
         self._sessions.pop(session_id, None)
 
-    async def accept(self, session_id: str, pcm: bytes) -> list[Update]:
+    async def accept(self, session_id: str, pcm: bytes,
+                     sent: float | None = None) -> list[Update]:
         """Feed audio (16 kHz mono s16le); returns at once with the updates ready so far.
+        ``sent``: when the client's audio reached the service (``time.monotonic()``; default
+        now), which the finals' lag is counted from.
 
         VAD runs on the engine's VAD thread; decodes are only scheduled, never awaited.
 
@@ -162,13 +181,16 @@ class RealtimeEngine:
                 failed decode (``internal_error``).
             KeyError: unknown session.
         """
+        arrived = time.monotonic() if sent is None else sent
         s = self._session(session_id)
         self._start_workers()
         async with s.lock:
             self._raise_if_failed(s)
             loop = asyncio.get_running_loop()
             samples, probs = await loop.run_in_executor(self._vad_pool, s.recognizer.detect, pcm)
-            s.outbox += s.recognizer.advance(samples, probs)
+            updates = s.recognizer.advance(samples, probs)
+            s.clock.heard(s.recognizer.heard_s, arrived)
+            s.outbox += self._timed(s, updates)
             self._work.set()
             return self._drain(s)
 
@@ -245,6 +267,14 @@ class RealtimeEngine:
         if s.error is not None:
             raise StreamError(StreamErrorCode.internal_error, "recognition failed") from s.error
 
+    def _timed(self, s: _Session, updates: list[Update]) -> list[Update]:
+        """``updates``, their finals' lags noted for admission."""
+        now = time.monotonic()
+        for u in updates:
+            if u.is_final and (arrived := s.clock.arrived(u.end)) is not None:
+                self._lags.add(now - arrived, now)
+        return updates
+
     @staticmethod
     def _drain(s: _Session) -> list[Update]:
         out, s.outbox = s.outbox, []
@@ -291,7 +321,7 @@ class RealtimeEngine:
                 s.in_flight -= 1
                 if self._sessions.get(s.id) is not s:
                     continue                                 # closed meanwhile
-                s.outbox += s.recognizer.complete(req, result, elapsed)
+                s.outbox += self._timed(s, s.recognizer.complete(req, result, elapsed))
                 s.changed.set()
             self._work.set()
 

@@ -174,5 +174,16 @@ class EngineOptions(BaseModel):
         "bet that the padding stays quiet, thrown away when speech resumes: with 10 sessions "
         "on 2 cores those bets took the cores finals waited for (final p95 0.85 s with them, "
         "0.58 s without; ``python -m bench.realtime --sessions 10 --accounts 2``)."))
+    admit_final_lag_s: float | None = Field(None, gt=0, description=(
+        "A new session past ``admit_floor`` is refused (``a5sv2_unavailable``) while the p90 "
+        "of the finals of the last ``admit_window_s`` came later than this after the audio "
+        "they settle (:mod:`~pipeline.realtime.lag`); None: only ``max_sessions`` counts. "
+        "The service sets it (``realtime.admit_final_lag_s``)."))
+    admit_floor: int = Field(5, ge=1, description=(
+        "Sessions a worker takes whatever its finals' lag (``max_sessions`` aside): one "
+        "account's limit, and what a 2-core host kept in real time on its slowest day."))
+    admit_window_s: float = Field(20.0, gt=0, description=(
+        "How far back the finals' lags count, s: long enough for a few finals of each "
+        "session, short enough that a worker takes sessions again soon after a rush."))
     thread_name_prefix: str = Field("a5s-realtime", description="Names of the engine's threads.")
     recognizer: RecognizerOptions = RecognizerOptions()

@@ -349,6 +349,12 @@ class SessionRecognizer:
             seg.probs.extend(o.probs)
 
     @property
+    def heard_s(self) -> float:
+        """Seconds of the stream judged so far, on the updates' clock (a restored session
+        goes on from its point)."""
+        return self._pos / _SR
+
+    @property
     def finals_outstanding(self) -> bool:
         """Whether some closed segment is not settled yet."""
         return self._next_settle < self._next_index - (self._segment is not None)

@@ -191,14 +191,21 @@ class ZipformerRealtimeEngine:
     def session_count(self) -> int:
         return len(self._sessions)
 
-    def open(self, session_id: str, vocabulary: Sequence[VocabularyTerm] = ()) -> None:
-        """Start a session (``a5sv2_unavailable`` when full or shutting down)."""
+    def open(self, session_id: str, vocabulary: Sequence[VocabularyTerm] = (), *,
+             new: bool = False) -> None:
+        """Start a session (``a5sv2_unavailable`` when full or shutting down); only the cap
+        admits here (``new`` is the Whisper engine's: see :meth:`final_lag`)."""
         check_opening(session_id, self._sessions, self._closed, self._opts.max_sessions)
         vocab = Vocabulary(vocabulary)
         hot = self._model.hotwords(vocab)
         rec = self._model.recognizer
         stream = rec.create_stream(hot) if hot else rec.create_stream()
         self._sessions[session_id] = _Session(session_id, stream, vocab)
+
+    def final_lag(self, now: float | None = None) -> None:
+        """Not measured: no admission by lag was built or measured for this engine, whose
+        every chunk is decoded as it comes (no export ships to measure one with)."""
+        return None
 
     def resume_point(self, session_id: str) -> None:
         """A transducer stream's state is not rebuilt from a point: a session taken over
@@ -209,8 +216,10 @@ class ZipformerRealtimeEngine:
         """Forget a session. Idempotent."""
         self._sessions.pop(session_id, None)
 
-    async def accept(self, session_id: str, pcm: bytes) -> list[Update]:
-        """Feed 16 kHz s16le audio; returns the updates of the chunks it completed.
+    async def accept(self, session_id: str, pcm: bytes,
+                     sent: float | None = None) -> list[Update]:
+        """Feed 16 kHz s16le audio; returns the updates of the chunks it completed
+        (``sent``, the Whisper engine's, is not used: see :meth:`final_lag`).
 
         Raises:
             StreamError: ``invalid_audio_frame`` for odd-length PCM; ``internal_error``

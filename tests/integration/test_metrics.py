@@ -52,6 +52,7 @@ def test_metrics_after_traffic(stack: Stack, eval_server) -> None:
     assert 0 < total(after, "a5s_realtime_factor_sum") / total(after, "a5s_realtime_factor_count")
     assert {dict(k)["state"] for k in after["a5s_jobs_in_state"]} == {"queued", "processing"}
     assert "a5s_live_sessions" in after
+    assert "a5s_live_final_lag_seconds" in after and "a5s_live_sessions_refused_total" in after
 
 
 PROMETHEUS_ACCEPT = ("application/openmetrics-text;version=1.0.0;q=0.5,"

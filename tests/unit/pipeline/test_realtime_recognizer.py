@@ -39,6 +39,7 @@ JFK_TEXT = ("and so my fellow americans ask not what your country can do for you
 TIMIT = EVAL / "real" / "deepspeech" / "LDC93S1.wav"
 TIMIT_TEXT = "she had your dark suit in greasy wash water all year"
 CONV03 = EVAL / "synthetic" / "conv03_overlap.wav"
+CONV01 = EVAL / "synthetic" / "conv01_support_call.wav"
 
 
 def pcm_of(path: Path, lead_s: float = 0.5, tail_s: float = 1.0) -> bytes:
@@ -189,6 +190,31 @@ async def test_engine_runs_sessions_concurrently_off_the_loop(models: StreamingM
     assert any(u.is_final for u in jfk_stream)       # settled while streaming, not only at finish
     assert any(n.startswith("a5s-realtime-decode") for n in names)
     assert any(n.startswith("a5s-realtime-vad") for n in names)
+
+
+async def test_engine_refuses_new_sessions_while_its_finals_lag(models: StreamingModels) -> None:
+    """Past ``admit_floor``, a new session is refused while the finals lag more than the
+    limit (one that nothing can meet here); a session moved from another worker is not."""
+    engine = RealtimeEngine(models, EngineOptions(max_sessions=4, admit_floor=2,
+                                                  admit_final_lag_s=1e-3,
+                                                  admit_window_s=600))
+    try:
+        assert engine.final_lag() is None
+        engine.open("a", new=True)
+        for frame in frames(pcm_of(CONV01)):
+            await engine.accept("a", frame)
+        finals = [u for u in await engine.finish("a") if u.is_final]
+        lag = engine.final_lag()
+        assert finals and lag is not None and 0 < lag < 60
+        engine.open("b", new=True)                     # under the floor: taken
+        with pytest.raises(StreamError) as err:
+            engine.open("c", new=True)
+        assert err.value.code is StreamErrorCode.a5sv2_unavailable
+        assert "behind" in err.value.message
+        engine.open("moved")                           # a session taken over is not refused
+        assert engine.session_count == 3
+    finally:
+        await engine.aclose()
 
 
 def test_overlapping_speech_is_not_dropped(models: StreamingModels) -> None:
@@ -449,6 +475,10 @@ def test_finals_of_their_own_model_use_the_batch_beam() -> None:
     assert same.recognizer.decode.beam_size == 3            # tiny.en finals: a small beam
     assert same.recognizer.partial_decode.beam_size == 1
     assert same.max_sessions == settings.realtime.worker_max_sessions
+    assert same.admit_final_lag_s == settings.realtime.admit_final_lag_s == 1.0
+    realtime = settings.realtime.model_copy(update={"admit_final_lag_s": 0.0})
+    assert engine_options(settings.model_copy(update={"realtime": realtime})
+                          ).admit_final_lag_s is None                  # 0: off
     models = settings.models.model_copy(update={"streaming_final": "base", "beam_size": 4})
     own = engine_options(settings.model_copy(update={"models": models}))
     assert own.recognizer.decode.beam_size == 4            # finals and speculative finals
