@@ -33,7 +33,9 @@ Definitions (times are on the session's audio clock: 0 = first frame sent):
 * **Capacity**: sessions are spread over ``--accounts`` accounts (default: five sessions
   each, the per-account limit), and with a stack of its own the CPU seconds its processes
   used are printed per second of audio, i.e. the share of a core one live session costs.
-  A worker holds ``realtime.worker_max_sessions`` sessions (``A5S_REALTIME__WORKER_MAX_SESSIONS``).
+  A worker holds ``realtime.worker_max_sessions`` sessions (``A5S_REALTIME__WORKER_MAX_SESSIONS``),
+  past five only while its finals keep up; the stack's ``a5s_live_final_lag_seconds``, which
+  that rule goes by, is sampled every 2 s and printed.
 
 ``--coverage`` streams instead every dev-set item with a reference (every conversation,
 every real recording with a quoted reference, an even sample of ``--prompts`` Asterisk
@@ -211,6 +213,21 @@ def sessions_for(n: int, eval_dir: Path, vad: StreamingVad, clips: int) -> list[
         starts, ends = phrase_marks(vad, pcm)
         out.append(Session(pcm, ref, starts, ends))
     return out
+
+
+async def _sample_lag(stack: Stack, into: list[float]) -> None:
+    """The stack's ``a5s_live_final_lag_seconds`` every 2 s (its non-zero values): what its
+    worker admits new sessions by."""
+    import httpx
+    async with httpx.AsyncClient() as client:
+        while True:
+            await asyncio.sleep(2.0)
+            with contextlib.suppress(httpx.HTTPError):
+                text = (await client.get(stack.url("/metrics"))).text
+                for line in text.splitlines():
+                    if line.startswith("a5s_live_final_lag_seconds "):
+                        if (value := float(line.split()[1])) > 0:
+                            into.append(value)
 
 
 async def _warm(url: str, key: str) -> None:
@@ -400,9 +417,14 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
         cpu0 = stack_cpu(run_dir) if run_dir else {}
         t = time.perf_counter()
 
+        lags: list[float] = []
+
         async def all_sessions() -> None:
+            sampler = asyncio.create_task(_sample_lag(stack, lags)) if stack else None
             await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, args.stagger * k)
                                    for k, r in enumerate(results)))
+            if sampler is not None:
+                sampler.cancel()
 
         asyncio.run(all_sessions())
         wall, load1 = time.perf_counter() - t, os.getloadavg()[0]
@@ -441,6 +463,10 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
               f"max {s['final_max']:.2f} s over {s['finals']} finals")
         print(f"first partial: median {s['first_median']:.3f} s, p95 {s['first_p95']:.3f} s, "
               f"max {s['first_max']:.2f} s over {s['firsts']} phrases")
+        if lags:
+            print(f"the worker's finals' lag (a5s_live_final_lag_seconds, every 2 s, {len(lags)} "
+                  f"samples): median {_pct(lags, 50):.2f} s, p90 {_pct(lags, 90):.2f} s, "
+                  f"max {max(lags):.2f} s")
         print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finished after "
               f"finish {s['finish_max']:.2f} s (max), ready after connect "
               f"{s['ready_max']:.2f} s (max), {s['partials']} partial messages")
