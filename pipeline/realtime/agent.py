@@ -102,7 +102,7 @@ def engine_options(settings: Settings) -> EngineOptions:
     options = EngineOptions(max_sessions=live.worker_max_sessions,
                             admit_final_lag_s=live.admit_final_lag_s or None)
     rec = options.recognizer
-    vad = rec.vad.model_copy(update={"early_pad_ms": settings.realtime.early_pad_ms})
+    vad = rec.vad.model_copy(update={"early_pad_ms": live.early_pad_ms})
     options = options.model_copy(update={"recognizer": rec.model_copy(update={"vad": vad})})
     if m.streaming_final == m.streaming_partial:
         return options

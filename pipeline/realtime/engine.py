@@ -155,8 +155,8 @@ class RealtimeEngine:
             ValueError: the id is already open.
         """
         check_opening(session_id, self._sessions, self._closed, self._opts.max_sessions)
-        lag = self.final_lag()
-        if new and not admits(len(self._sessions), lag, floor=self._opts.admit_floor,
+        if new and not admits(len(self._sessions), lag := self.final_lag(),
+                              floor=self._opts.admit_floor,
                               limit_s=self._opts.admit_final_lag_s):
             raise StreamError(StreamErrorCode.a5sv2_unavailable,
                               f"the recognizer is behind (finals {lag:.1f} s after their "
@@ -269,9 +269,9 @@ class RealtimeEngine:
 
     def _timed(self, s: _Session, updates: list[Update]) -> list[Update]:
         """``updates``, their finals' lags noted for admission."""
-        now = time.monotonic()
         for u in updates:
             if u.is_final and (arrived := s.clock.arrived(u.end)) is not None:
+                now = time.monotonic()
                 self._lags.add(now - arrived, now)
         return updates
 

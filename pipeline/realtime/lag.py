@@ -6,9 +6,10 @@ real time on a fast day and were at the edge with 10 on a slow one (docs/realtim
 while its recent finals came soon after the audio they settle; a worker that is behind
 refuses it, so the sessions it holds keep real time instead of all falling behind together.
 
-A final's lag is measured on the worker: from the arrival of the audio at its segment's end
-(which the segment's padding puts about 0.16 s after the phrase ends) to the final, so it
-covers the broker hop, the VAD thread, the wait for a decode thread and the decode.
+A final's lag is measured on the worker: from when the gateway sent the audio at its
+segment's end (the record's broker timestamp; the segment's padding puts that end about
+0.16 s after the phrase ends) to the final, so it covers the broker hop, the wait for the
+worker's event loop, the VAD thread, the wait for a decode thread and the decode.
 """
 
 from __future__ import annotations
