@@ -62,6 +62,12 @@ def run_worker(settings: Settings, ctx: Context, loop: asyncio.AbstractEventLoop
 
         stopping: asyncio.Task[None] | None = None
 
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            super().__init__(*args, **kwargs)
+            # Faust's start-up spinner hides and shows the cursor with terminal codes even
+            # when the output is a log file; a5s reports its own start-up.
+            self.spinner = None
+
         def _install_signal_handlers_unix(self) -> None:
             super()._install_signal_handlers_unix()
             for sig in STOP_SIGNALS:

@@ -156,7 +156,9 @@ def test_sighup_stops_everything(own_stack: Stack) -> None:
     stack.proc.send_signal(signal.SIGHUP)
     assert stack.proc.wait(90) == 0
     assert not [name for name, pid in pids.items() if _alive(pid)], pids
-    assert "a5s: stopped" in _log(stack)
+    log = _log(stack)
+    assert "a5s: stopped" in log
+    assert "\x1b" not in log, "terminal codes in a log written to a file"
 
 
 def _up(stack: Stack, **env: str) -> subprocess.CompletedProcess[str]:
