@@ -4,7 +4,8 @@ The driver is blocking, so every call runs on one dedicated thread: chdb wants a
 single owner, and it keeps the event loop free. Inserts into one table that wait
 for that thread are written together (group commit: one part instead of many,
 and each caller still returns only once its rows are stored). Schema comes from
-the versioned DDL files in ``stores/ddl`` applied once each, in order.
+the versioned DDL files in ``stores/ddl`` applied once each, in order; the embedded
+engine then writes its small parts packed, one file each (:meth:`ClickHouse.pack_small_parts`).
 """
 
 from __future__ import annotations
@@ -33,6 +34,9 @@ log = logging.getLogger(__name__)
 MIGRATIONS = "ddl"
 PROXY_SCHEME = "a5s+http://"
 """ClickHouse through the loopback proxy of the process that owns an embedded chdb."""
+PACKED_PART_BYTES = 10 * 1024 * 1024
+"""Embedded parts under this many bytes (uncompressed) are written as one file: the size
+under which ClickHouse writes a part compact (``min_bytes_for_wide_part``)."""
 
 
 @contextlib.contextmanager
@@ -129,6 +133,27 @@ class ClickHouse:
     async def start(self) -> None:
         await self._run(lambda c: None)
         await self.migrate()
+        if self.embedded:
+            await self.pack_small_parts()
+
+    async def pack_small_parts(self) -> list[str]:
+        """Store the embedded engine's small parts packed; returns the tables changed.
+
+        Every insert writes a part, and a full part is ten files (data, marks, index,
+        checksums and six of metadata): on the job path's five inserts a job, and the
+        merges after them, creating and deleting those files took the engine's threads
+        more CPU than the rows did. A packed part is one file. Parts past
+        :data:`PACKED_PART_BYTES` stay full, so a large table reads as before. A server's
+        storage is its operator's choice and is left alone.
+        """
+        rows = await self.query(
+            "SELECT name, engine_full FROM system.tables WHERE database = {d:String} "
+            "AND engine LIKE '%MergeTree'", {"d": self.database})
+        setting = f"min_bytes_for_full_part_storage = {PACKED_PART_BYTES}"
+        changed = [r["name"] for r in rows if setting not in r["engine_full"]]
+        for name in changed:
+            await self.command(f"ALTER TABLE {self.table(name)} MODIFY SETTING {setting}")
+        return changed
 
     async def close(self) -> None:
         def shut(c: Any) -> None:

@@ -33,7 +33,11 @@ async def main():
     foreign = await t.change("tr_a", "deleted", now, account_id="acct_2")  # not its owner
     tables = [r["name"] for r in await ch.query(
         "SELECT name FROM system.tables WHERE database = 'a5s' ORDER BY name")]
-    print(json.dumps({"second_migrate": again, "tables": tables, "foreign": foreign is None}))
+    storage = [r["s"] for r in await ch.query(
+        "SELECT DISTINCT part_storage_type AS s FROM system.parts "
+        "WHERE database = 'a5s' AND table = 'transcripts' AND active")]
+    print(json.dumps({"second_migrate": again, "tables": tables, "foreign": foreign is None,
+                      "storage": storage}))
     await ch.close()
 asyncio.run(main())
 """
@@ -49,7 +53,7 @@ async def main():
     other = await Transcripts(ch).get("tr_a", "acct_2")
     print(json.dumps({"status": row.status, "duration": row.audio_duration,
                       "metadata": row.metadata, "other_account": other is None,
-                      "applied": await ch.migrate()}))
+                      "applied": await ch.migrate(), "repacked": await ch.pack_small_parts()}))
     await ch.close()
 asyncio.run(main())
 """
@@ -69,9 +73,10 @@ def test_rows_survive_a_process_restart(tmp_path: Path) -> None:
     assert first["foreign"], "a change scoped to another account finds nothing"
     assert {"accounts", "api_keys", "transcripts", "transcript_results", "usage_events",
             "schema_migrations"} <= set(first["tables"])
+    assert first["storage"] == ["Packed"], "a small part is one file on the embedded engine"
     second = _run(READ, path)
     assert second == {"status": "completed", "duration": 3.5, "metadata": '{"x": 1}',
-                      "other_account": True, "applied": []}
+                      "other_account": True, "applied": [], "repacked": []}
 
 
 GROUP_COMMIT = """
