@@ -28,6 +28,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 
+
+def _load() -> str:
+    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
+
 CHILD = """
 import asyncio, json, os, resource, sys, time
 from datetime import UTC, datetime
@@ -84,14 +88,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="where the scratch data directories go")
     args = parser.parse_args(argv)
     print(f"$ python -m bench.inserts {shlex.join(argv or sys.argv[1:])}")
-    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(_load())
     for r in range(args.rounds):
         for variant in ("full", "packed"):
             got = one_round(variant, args.n, args.dir)
             print(f"round {r + 1} {variant:6s}: {got['ms_per_insert']:.2f} ms of process CPU "
                   f"an insert; parts {','.join(got['storage'])}; {got['files']} files in the "
                   f"engine's store after the merges")
-    print("load average " + " ".join(f"{x:.2f}" for x in os.getloadavg()))
+    print(_load())
 
 
 if __name__ == "__main__":

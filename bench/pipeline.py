@@ -63,6 +63,7 @@ import jiwer
 import redis
 
 from bench.asr import DEFAULT_EVAL
+from bench.scrape import samples
 from evaluation.items import choose_items
 from evaluation.text import normalized, plain_words
 from ops.procstat import Demand, cpu_seconds, pid_of, stack_cpu, unwanted_core_seconds
@@ -530,13 +531,9 @@ def service_counters(base_url: str) -> dict[str, float]:
         text = httpx.get(base_url.rstrip("/") + "/metrics", timeout=30).text
     except httpx.HTTPError:
         return {}
-    out = {}
-    for line in text.splitlines():
-        if line.startswith('a5s_clickhouse_statements_total{kind="'):
-            kind = line.split('"')[1]
-            out[kind] = float(line.rsplit(" ", 1)[1])
-        elif line.startswith("a5s_clickhouse_cpu_seconds_total"):
-            out["cpu"] = float(line.rsplit(" ", 1)[1])
+    out = {labels["kind"]: value
+           for labels, value in samples(text, "a5s_clickhouse_statements_total")}
+    out.update(("cpu", value) for _, value in samples(text, "a5s_clickhouse_cpu_seconds_total"))
     return out
 
 

@@ -64,6 +64,7 @@ from typing import Any
 import jiwer
 import numpy as np
 
+from bench.scrape import samples
 from bench.streaming import CLIPS, build_stream, load_pcm, normalize, phrase_marks
 from evaluation.coverage import dev_items, invented_tail, score_utterances
 from evaluation.text import numbers_joined
@@ -224,10 +225,7 @@ async def _sample_lag(stack: Stack, into: list[float]) -> None:
             await asyncio.sleep(2.0)
             with contextlib.suppress(httpx.HTTPError):
                 text = (await client.get(stack.url("/metrics"))).text
-                for line in text.splitlines():
-                    if line.startswith("a5s_live_final_lag_seconds "):
-                        if (value := float(line.split()[1])) > 0:
-                            into.append(value)
+                into += [v for _, v in samples(text, "a5s_live_final_lag_seconds") if v > 0]
 
 
 async def _warm(url: str, key: str) -> None:
