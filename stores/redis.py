@@ -26,7 +26,8 @@ from topologies.redis_keys import (CANCELED, LEDGER, LIVE, LIVE_HOLDS, QUEUED, R
                                    TRANSCRIPT, TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM,
                                    WEBHOOK_AUTH)
 
-__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot", "WaitingPool"]
+__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot", "WaitingPool", "stamp_gen",
+           "LIST_CHANGES"]
 
 # GCRA: allows `limit` requests per `period` seconds in any rolling window. The clock is the
 # server's: every gateway replica shares it, and a request that waited for a connection is
@@ -101,10 +102,14 @@ return {given, used_ms}
 # `begin` and `end`: while one is, ClickHouse may already hold a newer row, so the entry
 # is not answered from.
 _RUN = "local run = string.match(redis.call('INFO', 'server'), 'run_id:(%x+)')\n"
-# An account's list stamp, {run, pending, gen}: every row writer holds it `pending` around
-# its ClickHouse write and adds one to `gen` after it, so a list page read while the stamp
-# was settled is current for as long as the stamp is the same (``Transcripts.list``).
+# An account's list stamp, {run, pending, gen, c<gen>...}: every row writer holds it
+# `pending` around its ClickHouse write and adds one to `gen` after it, so a list page read
+# while the stamp was settled is current for as long as the stamp is the same
+# (``Transcripts.list``). A row writer also notes which transcript moved `gen` to each value
+# (`c<gen>`, the last LIST_CHANGES kept): a page read at an earlier stamp is brought up to
+# date from those rows alone. Batch writers note nothing, and such a page is read again.
 _LIST_TTL_MS = 3_600_000
+LIST_CHANGES = 64
 _LIST_BEGIN = """
 if redis.call('HGET', KEYS[i], 'run') ~= run then
   redis.call('DEL', KEYS[i]); redis.call('HSET', KEYS[i], 'run', run, 'pending', 0, 'gen', 0)
@@ -115,9 +120,10 @@ _LIST_END = """
 if redis.call('HGET', KEYS[i], 'run') == run then
   if redis.call('HINCRBY', KEYS[i], 'pending', -1) < 0 then
     redis.call('HSET', KEYS[i], 'pending', 0) end
-  redis.call('HINCRBY', KEYS[i], 'gen', 1)
+  local gen = redis.call('HINCRBY', KEYS[i], 'gen', 1)
+  redis.call('HDEL', KEYS[i], 'c' .. (gen - %d))
 end
-"""
+""" % LIST_CHANGES
 _LISTS_BEGIN = _RUN + "for i = 1, #KEYS do\n" + _LIST_BEGIN + "end\nreturn 1\n"
 _LISTS_END = _RUN + "for i = 1, #KEYS do\n" + _LIST_END + "end\nreturn 1\n"
 # KEYS[2], when given, is the row's account list stamp.
@@ -128,9 +134,12 @@ if redis.call('HGET', KEYS[1], 'run') ~= run then
 end
 return redis.call('HINCRBY', KEYS[1], 'pending', 1)
 """
-# ARGV: version, row JSON, ttl ms, deleted (1/0). An older version than the entry's is
-# not stored (concurrent writers: the highest version wins, as in ClickHouse).
-_ROW_END = _RUN + "if #KEYS > 1 then local i = 2\n" + _LIST_END + "end\n" + """
+# ARGV: version, row JSON, ttl ms, deleted (1/0), transcript id. An older version than the
+# entry's is not stored (concurrent writers: the highest version wins, as in ClickHouse).
+_ROW_END = _RUN + "if #KEYS > 1 then local i = 2\n" + _LIST_END + """
+  if redis.call('HGET', KEYS[2], 'run') == run then
+    redis.call('HSET', KEYS[2], 'c' .. redis.call('HGET', KEYS[2], 'gen'), ARGV[5]) end
+end
 if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
 if redis.call('HINCRBY', KEYS[1], 'pending', -1) < 0 then
   redis.call('HSET', KEYS[1], 'pending', 0) end
@@ -165,6 +174,15 @@ for i = 1, #KEYS do
 end
 return out
 """
+# The rows of many whole, settled entries of this server run (false for any other).
+_ROWS_SETTLED = _RUN + """
+local out = {}
+for i = 1, #KEYS do
+  local v = redis.call('HMGET', KEYS[i], 'run', 'pending', 'row')
+  if v[1] == run and tonumber(v[2] or '1') == 0 and v[3] then out[i] = v[3] else out[i] = false end
+end
+return out
+"""
 # ARGV: 1 to return the result too. {row, result or ''} when the entry is whole and
 # settled (its live row, if any, is the row); {false, false, live} while it is not but
 # holds a live row (ClickHouse answers, and the live row is newer than its rows may be);
@@ -180,18 +198,40 @@ local row = v[5] or v[3]
 if ARGV[1] == '1' and v[4] then return {row, v[4]} end
 return {row, ''}
 """
-# The stamp of a settled list (made for this server run if missing), or nothing while a
-# writer is between its ClickHouse write and its end.
+# {the stamp of a settled list (made for this server run if missing), then the ids of the
+# rows written since the stamp in ARGV[1], where every one of them is noted}, or nothing
+# while a writer is between its ClickHouse write and its end.
 _LIST_STAMP = _RUN + """
 local v = redis.call('HMGET', KEYS[1], 'run', 'pending', 'gen')
 if v[1] ~= run then
   redis.call('DEL', KEYS[1]); redis.call('HSET', KEYS[1], 'run', run, 'pending', 0, 'gen', 0)
   redis.call('PEXPIRE', KEYS[1], %d)
-  return run .. ':0'
+  return {run .. ':0'}
 end
 if tonumber(v[2] or '1') ~= 0 then return false end
-return run .. ':' .. v[3]
-""" % _LIST_TTL_MS
+local out = {run .. ':' .. v[3]}
+local gen = tonumber(v[3])
+local since = nil
+if string.sub(ARGV[1], 1, #run + 1) == run .. ':' then
+  since = tonumber(string.sub(ARGV[1], #run + 2)) end
+if since and since < gen and gen - since <= %d then
+  local fields = {}
+  for g = since + 1, gen do fields[#fields + 1] = 'c' .. g end
+  local ids = redis.call('HMGET', KEYS[1], unpack(fields))
+  for i = 1, #ids do
+    if not ids[i] then return {out[1]} end
+    out[#out + 1] = ids[i]
+  end
+end
+return out
+""" % (_LIST_TTL_MS, LIST_CHANGES)
+
+
+def stamp_gen(stamp: str) -> int:
+    """How many row writes an account's list stamp (``run:gen``) counts in its server run."""
+    return int(stamp.rpartition(":")[2])
+
+
 _ROW_RESULT = _RUN + """
 if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
 if redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
@@ -300,6 +340,7 @@ class RedisStore:
         self._row_result = self.client.register_script(_ROW_RESULT)
         self._row_live = self.client.register_script(_ROW_LIVE)
         self._rows_live = self.client.register_script(_ROWS_LIVE)
+        self._rows_settled = self.client.register_script(_ROWS_SETTLED)
         self._lists_begin = self.client.register_script(_LISTS_BEGIN)
         self._lists_end = self.client.register_script(_LISTS_END)
         self._list_stamp = self.client.register_script(_LIST_STAMP)
@@ -440,7 +481,8 @@ class RedisStore:
         async with map_redis_errors():
             return bool(await self._row_end(
                 keys=self._row_keys(transcript_id, account_id),
-                args=[version, row_json, int(ttl_s * 1000), 1 if deleted else 0]))
+                args=[version, row_json, int(ttl_s * 1000), 1 if deleted else 0,
+                      transcript_id]))
 
     async def lists_begin(self, account_ids: list[str]) -> None:
         """:meth:`row_begin`'s hold on list stamps, for writes that bypass it (batches)."""
@@ -456,11 +498,30 @@ class RedisStore:
                 await self._lists_end(keys=[self.k(*TRANSCRIPT_LIST.key(a))
                                             for a in account_ids])
 
-    async def list_stamp(self, account_id: str) -> str | None:
-        """The account's list stamp, or None while a row writer is in flight."""
+    async def list_stamp(self, account_id: str, since: str | None = None,
+                         ) -> tuple[str, list[str] | None] | None:
+        """The account's list stamp, or None while a row writer is in flight; with it, the
+        ids of the transcripts whose rows were written since the stamp ``since`` (in the
+        order written, repeats kept), or None where they are not all known."""
         async with map_redis_errors():
-            found = await self._list_stamp(keys=[self.k(*TRANSCRIPT_LIST.key(account_id))])
-        return found or None
+            found = await self._list_stamp(keys=[self.k(*TRANSCRIPT_LIST.key(account_id))],
+                                           args=[since or ""])
+        if not found:
+            return None
+        stamp, ids = found[0], list(found[1:])
+        if since is None or ids == [] or stamp_gen(stamp) - stamp_gen(since) != len(ids):
+            return stamp, None
+        return stamp, ids
+
+    async def rows_settled(self, transcript_ids: Sequence[str]) -> list[str | None]:
+        """The rows (JSON, or None) of many entries that may answer (:meth:`row_get`'s
+        rule: this server run, no writer in flight), in one call."""
+        if not transcript_ids:
+            return []
+        async with map_redis_errors():
+            found = await self._rows_settled(keys=[self.k(*TRANSCRIPT.key(t))
+                                                   for t in transcript_ids])
+        return [f or None for f in found]
 
     async def row_get(self, transcript_id: str, *, with_result: bool = False,
                       ) -> tuple[str | None, str | None, str | None] | None:

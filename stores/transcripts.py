@@ -36,8 +36,8 @@ from .clickhouse import ClickHouse, RemoteClickHouse
 from .memo import Memo
 from .redis import RedisStore
 
-__all__ = ["Transcripts", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX", "LIST_REUSE_S",
-           "LIST_ROWS_MAX"]
+__all__ = ["Transcripts", "carry_page", "LIVE_TTL_S", "DONE_TTL_S", "RESULT_CACHE_MAX",
+           "LIST_REUSE_S", "LIST_ROWS_MAX"]
 
 _COLUMNS = list(TranscriptRow.model_fields)
 LIVE_TTL_S = 7 * 24 * 3600.0
@@ -48,8 +48,9 @@ client's polling and a webhook's follow-up ``GET`` happen within it."""
 RESULT_CACHE_MAX = 256 * 1024
 """Longer results (JSON characters) are read from ClickHouse only."""
 LIST_REUSE_S = 30.0
-"""How long a list page may be answered again while its account's list stamp holds (a
-bound on staleness should a writer fail between its ClickHouse write and the stamp)."""
+"""How long after its ClickHouse read a list page may be answered again, as kept or brought
+up to date (a bound on staleness should a writer fail between its ClickHouse write and the
+stamp)."""
 LIST_ROWS_MAX = 10_000
 """Rows of the list pages kept per process, all pages together (the oldest go first)."""
 LIVE_ROWS_MAX = 1_000
@@ -57,6 +58,9 @@ LIVE_ROWS_MAX = 1_000
 _FINAL = ("completed", "error", "deleted")
 LIVE_ONLY = frozenset({"processing"})
 """Row states kept in the read model only while it has the job's entry."""
+_Stamp = tuple[str, str | None, list[str] | None]
+"""An account's list stamp; an earlier one (a kept page's) and the ids of the transcripts
+written since it, where all are known (``RedisStore.list_stamp``)."""
 _WAITING = ("queued", "processing")
 
 
@@ -208,17 +212,24 @@ class Transcripts:
         settled is kept and answered again while the stamp is the same: every row writer
         holds the stamp around its ClickHouse write and moves it after, so a page is reused
         only while no row of the account has changed since it was read (a client's own
-        write, returned, has moved the stamp). Pages live ``LIST_REUSE_S`` at most; Redis
-        unreachable, ClickHouse answers."""
-        stamp = None
-        if self.redis is not None:
-            try:
-                stamp = await self.redis.list_stamp(account_id)
-            except A5sError:
-                stamp = None
+        write, returned, has moved the stamp). Where the stamp has moved, each writer has
+        noted its transcript, and a page kept at an earlier stamp is brought up to date
+        from those transcripts' rows in the read model (:func:`carry_page`) instead of
+        being read again. Pages live ``LIST_REUSE_S`` from their ClickHouse read at most;
+        Redis unreachable, ClickHouse answers."""
         # A live-only state is stored in ClickHouse as the one before it: a filter on
         # either reads both, and keeps what the overlay says (pages until one is full).
         wanted, size = (_WAITING, max(limit, 100)) if status in _WAITING else (status, limit)
+        stamp: _Stamp | None = None
+        if self.redis is not None:
+            kept = self._pages.get((account_id, size, wanted, before))
+            since = kept[0] if kept else None
+            try:
+                found = await self.redis.list_stamp(account_id, since)
+            except A5sError:
+                found = None
+            if found is not None:
+                stamp = (found[0], since, found[1])
         out: list[TranscriptRow] = []
         while True:
             rows = await self._page(account_id, stamp, size, wanted, before)
@@ -227,26 +238,51 @@ class Transcripts:
                 return out[:limit]
             before = rows[-1].id
 
-    async def _page(self, account_id: str, stamp: str | None, limit: int,
+    async def _page(self, account_id: str, stamp: _Stamp | None, limit: int,
                     status: str | tuple[str, ...] | None, before: str | None,
                     ) -> list[TranscriptRow]:
-        """ClickHouse's page, or the one kept under the same list stamp."""
+        """ClickHouse's page, or the one kept under the same list stamp, or the one kept
+        under an earlier stamp brought up to date with the rows written since."""
         key = (account_id, limit, status, before)
         if stamp is not None:
             kept = self._pages.get(key)
-            if kept is not None and kept[0] == stamp and \
-                    time.monotonic() - kept[1] < LIST_REUSE_S:
-                return list(kept[2])
+            if kept is not None and time.monotonic() - kept[1] < LIST_REUSE_S:
+                if kept[0] == stamp[0]:
+                    return list(kept[2])
+                written = stamp[2] if kept[0] == stamp[1] else None
+                rows = await self._carried(account_id, kept[2], written, limit, status, before)
+                if rows is not None:
+                    self._keep_page(key, stamp[0], rows, kept[1])
+                    return rows
         rows = await self._list_stored(account_id, limit=limit, status=status, before=before)
         if stamp is not None:
-            self._keep_page(key, stamp, rows)
+            self._keep_page(key, stamp[0], rows)
         return rows
 
+    async def _carried(self, account_id: str, kept: Sequence[TranscriptRow],
+                       written: list[str] | None, limit: int,
+                       status: str | tuple[str, ...] | None, before: str | None,
+                       ) -> list[TranscriptRow] | None:
+        """A kept page with the transcripts ``written`` since it was read, as the read
+        model holds their rows (one Redis call); None where ClickHouse must answer."""
+        ids = list(dict.fromkeys(written or ()))
+        if not ids or self.redis is None:
+            return None
+        try:
+            found = [f for f in await self.redis.rows_settled(ids) if f is not None]
+        except A5sError:
+            return None
+        rows = [TranscriptRow.model_validate_json(f) for f in found]
+        if len(rows) != len(ids) or any(r.account_id != account_id for r in rows):
+            return None
+        return carry_page(kept, rows, limit, status, before)
+
     def _keep_page(self, key: tuple[str, int, Any, str | None], stamp: str,
-                   rows: list[TranscriptRow]) -> None:
+                   rows: list[TranscriptRow], read_at: float | None = None) -> None:
         old = self._pages.pop(key, None)
         self._page_rows += len(rows) - (len(old[2]) if old else 0)
-        self._pages[key] = (stamp, time.monotonic(), tuple(rows))
+        self._pages[key] = (stamp, time.monotonic() if read_at is None else read_at,
+                            tuple(rows))
         while self._page_rows > LIST_ROWS_MAX:
             self._page_rows -= len(self._pages.pop(next(iter(self._pages)))[2])
 
@@ -456,6 +492,38 @@ class Transcripts:
 
 _EMPTIED = {"deleted": 1, "metadata": "{}", "audio_url": None, "webhook_url": None}
 """What a deleted transcript's row keeps none of."""
+
+
+def carry_page(kept: Sequence[TranscriptRow], written: Sequence[TranscriptRow], limit: int,
+               status: str | tuple[str, ...] | None, before: str | None,
+               ) -> list[TranscriptRow] | None:
+    """The page ClickHouse would now answer, from the page it answered before (``kept``,
+    at most ``limit`` rows, newest id first, below ``before``) and the current rows of
+    every transcript written since: each replaces an older version of itself, a new one
+    takes its place by id, and one that no longer belongs leaves. None where that cannot
+    be told: a row left a full page, whose next row is not known."""
+    wanted = (status,) if isinstance(status, str) else status
+
+    def shown(row: TranscriptRow) -> bool:
+        return not row.deleted and (wanted is None or row.status in wanted)
+
+    rows = {r.id: r for r in kept}
+    full = len(kept) >= limit
+    for new in written:
+        old = rows.get(new.id)
+        if old is not None:
+            if new.version <= old.version:
+                continue
+            if shown(new):
+                rows[new.id] = new
+            elif full:
+                return None
+            else:
+                del rows[new.id]
+        elif shown(new) and (before is None or new.id < before) and \
+                (not full or new.id > kept[-1].id):
+            rows[new.id] = new
+    return sorted(rows.values(), key=lambda r: r.id, reverse=True)[:limit]
 
 
 def _tombstone(row: TranscriptRow, at: datetime) -> TranscriptRow:

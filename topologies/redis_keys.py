@@ -74,8 +74,9 @@ TRANSCRIPT = RedisKey("transcript", ("transcript_id",), "hash",
 
 TRANSCRIPT_LIST = RedisKey("transcripts", ("account_id",), "hash",
                            "stamp of an account's transcript list: bumped after ClickHouse by "
-                           "every row writer; the gateway reuses a list page while it holds "
-                           "(docs/job-path.md)")
+                           "every row writer, which notes its transcript; the gateway reuses a "
+                           "list page while it holds, and brings a page up to date from the "
+                           "noted rows (docs/job-path.md)")
 
 REDIS_KEYS: tuple[RedisKey, ...] = (CANCELED, WEBHOOK_AUTH, LEDGER, QUEUED, UPLOAD, UPLOAD_CLAIM,
                                     LIVE, LIVE_HOLDS, IDEMPOTENCY, RATE, RETENTION_LOCK, ACCOUNT_CACHE,

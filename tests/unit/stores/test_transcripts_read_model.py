@@ -13,6 +13,7 @@ from pathlib import Path
 _PRELUDE = """
 import asyncio, json, sys
 from datetime import UTC, datetime, timedelta
+import stores.redis as redis_mod
 import stores.transcripts as T
 from schemas.records import TranscriptResult
 from schemas.rows import TranscriptRow
@@ -204,6 +205,51 @@ scenario(main)
 """
 
 
+CARRY = _PRELUDE + """
+async def main(ch, redis, t, now):
+    other = T.Transcripts(ch, redis)  # another process's writer: it keeps no page of t's
+    plain = T.Transcripts(ch)  # ClickHouse only: what a fresh read answers
+    async def listed(name, limit=10, **kw):
+        rows, q = await counted(ch, t.list("acct_1", limit=limit, **kw))
+        fresh = await plain.list("acct_1", limit=limit, **kw)
+        seen(name, [page(rows), q, [(r.id, r.version) for r in rows] ==
+                    [(r.id, r.version) for r in fresh]])
+    async def new(tid):
+        await other.insert(TranscriptRow(id=tid, account_id="acct_1", key_id="k",
+                                         created_at=now, status="queued"))
+    for tid in ("tr_1", "tr_2", "tr_3"):
+        await new(tid)
+    await listed("first")
+    await other.change("tr_2", "completed", now, account_id="acct_1")
+    await listed("changed")
+    await new("tr_4")
+    await listed("added")
+    await listed("full", limit=2)
+    await other.change("tr_1", "error", now, account_id="acct_1", error_code="x")
+    await listed("below_full", limit=2)
+    await new("tr_5")
+    await listed("above_full", limit=2)
+    await listed("only_completed", status="completed")
+    await other.change("tr_3", "completed", now, account_id="acct_1")
+    await listed("only_completed_joined", status="completed")
+    await listed("unchanged")
+    await other.delete(await other.get("tr_4", "acct_1"))
+    await listed("deleted")
+    await listed("deleted_full", limit=2)
+    await listed("deleted_full_again", limit=2)
+    # Writes the stamp does not name: a batch (retention), too many to keep, an entry gone.
+    await t.delete_many([await t.get("tr_1", "acct_1")])
+    await listed("batch")
+    for code in range(redis_mod.LIST_CHANGES + 1):
+        await other.set_webhook_status("tr_3", 200 + code, "acct_1")
+    await listed("too_many")
+    await other.set_webhook_status("tr_3", 500, "acct_1")
+    await redis.row_forget(["tr_3"])
+    await listed("entry_gone")
+    fields = await redis.client.hkeys(redis.k("transcripts", "acct_1"))
+    seen("noted", sum(1 for f in fields if f.startswith("c")))
+scenario(main)
+"""
 
 
 def test_read_model_answers_every_state_and_falls_back_to_clickhouse(
@@ -269,7 +315,9 @@ def test_list_pages_are_reused_only_while_no_row_of_the_account_changed(
     assert out["after_change"] == [changed, 0], "a returned write is seen by the next list"
     assert out["after_change_again"] == [changed, 0]
     assert out["mid_write"] == [changed, 1] and out["mid_write_again"] == [changed, 1]
-    assert out["ended"] == [changed, 1] and out["ended_again"] == [changed, 0]
+    # The writer's end names its row: the kept page is brought up to date from the read
+    # model (here its row did not change: the end carried an older version).
+    assert out["ended"] == [changed, 0] and out["ended_again"] == [changed, 0]
     assert out["other_run"] == [changed, 1]
     assert out["after_delete_many"] == [[["tr_1", "processing"]], 1]
     # Redis unreachable, ClickHouse answers: with the rows it holds (the row before the
@@ -303,3 +351,35 @@ def test_processing_is_kept_in_the_read_model_and_shown_at_once(
     assert row["status"] == "queued" and lives == [None]
     inserts, stored = out["no_entry"]
     assert inserts == 1 and stored["status"] == "processing"
+
+
+def test_list_pages_are_brought_up_to_date_from_the_rows_written_since(
+        tmp_path: Path, valkey: str, own_process: Callable[..., dict]) -> None:
+    """Another process writes; the kept page follows from the list stamp's notes and the
+    read model's rows, and equals what ClickHouse answers; where the notes cannot say
+    (a batch, too many writes, an entry gone, a row leaving a full page), it is read again."""
+    from stores.redis import LIST_CHANGES
+    out = own_process(CARRY, str(tmp_path / "ch"), valkey, "rm4:")
+    for name, value in out.items():
+        if name != "noted":
+            assert value[2], (name, value, "differs from ClickHouse's page")
+    assert out["first"][:2] == [[["tr_3", "queued"], ["tr_2", "queued"], ["tr_1", "queued"]], 1]
+    assert out["changed"][:2] == \
+        [[["tr_3", "queued"], ["tr_2", "completed"], ["tr_1", "queued"]], 0]
+    assert out["added"][:2] == [[["tr_4", "queued"], ["tr_3", "queued"], ["tr_2", "completed"],
+                                 ["tr_1", "queued"]], 0]
+    assert out["full"][:2] == [[["tr_4", "queued"], ["tr_3", "queued"]], 1]
+    assert out["below_full"][:2] == [[["tr_4", "queued"], ["tr_3", "queued"]], 0]
+    assert out["above_full"][:2] == [[["tr_5", "queued"], ["tr_4", "queued"]], 0]
+    assert out["only_completed"][:2] == [[["tr_2", "completed"]], 1]
+    assert out["only_completed_joined"][:2] == [[["tr_3", "completed"], ["tr_2", "completed"]], 0]
+    assert out["unchanged"][1] == 0
+    assert out["deleted"][:2] == [[["tr_5", "queued"], ["tr_3", "completed"],
+                                   ["tr_2", "completed"], ["tr_1", "error"]], 0]
+    assert out["deleted_full"][:2] == [[["tr_5", "queued"], ["tr_3", "completed"]], 1], \
+        "a row left a full page: the next one is not known, ClickHouse answers"
+    assert out["deleted_full_again"][1] == 0
+    assert out["batch"][:2] == [[["tr_5", "queued"], ["tr_3", "completed"],
+                                 ["tr_2", "completed"]], 1]
+    assert out["too_many"][1] == 1 and out["entry_gone"][1] == 1
+    assert out["noted"] <= LIST_CHANGES, "the stamp keeps its last notes only"
