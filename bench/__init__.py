@@ -9,9 +9,17 @@ A benchmark stopped with SIGTERM (``kill``, ``timeout``) exits as on Ctrl-C, thr
 be left running, taking CPU from whatever is measured next.
 """
 
+import os
 import signal
 import sys
 import threading
+
+__all__ = ["load_average"]
+
+
+def load_average() -> str:
+    """The host's 1, 5 and 15 minute load averages, for the figures' context."""
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def _exit_on_sigterm(signum: int, frame: object) -> None:

@@ -26,11 +26,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import load_average
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def _load() -> str:
-    return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 CHILD = """
 import asyncio, json, os, resource, sys, time
@@ -88,14 +86,14 @@ def main(argv: list[str] | None = None) -> None:
                         help="where the scratch data directories go")
     args = parser.parse_args(argv)
     print(f"$ python -m bench.inserts {shlex.join(argv or sys.argv[1:])}")
-    print(_load())
+    print(f"load average {load_average()}")
     for r in range(args.rounds):
         for variant in ("full", "packed"):
             got = one_round(variant, args.n, args.dir)
             print(f"round {r + 1} {variant:6s}: {got['ms_per_insert']:.2f} ms of process CPU "
                   f"an insert; parts {','.join(got['storage'])}; {got['files']} files in the "
                   f"engine's store after the merges")
-    print(_load())
+    print(f"load average {load_average()}")
 
 
 if __name__ == "__main__":

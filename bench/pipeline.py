@@ -62,6 +62,7 @@ import httpx
 import jiwer
 import redis
 
+from bench import load_average
 from bench.asr import DEFAULT_EVAL
 from bench.scrape import samples
 from evaluation.items import choose_items
@@ -103,10 +104,6 @@ def _at(stamp: str) -> datetime:
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def _load() -> str:
-    return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
 def run_service(base_url: str, keys: list[str], audio_url: Any, items: list[dict[str, Any]],
@@ -282,14 +279,14 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
                     by_thread_name({k: v - threads0.get(k, 0.0)
                                     for k, v in thread_cpu(service_pid).items()},
                                    python_thread_names(service_pid)), len(items)))
-            load = _load()
+            load = load_average()
             bare_s, bare_cpu, bare_texts, _ = bare_timed(engines, eval_dir, paths, {}, {})
             done = [j for j in jobs if j.status == "completed"]
             rows.append((wall, bare_s, service_cpu, bare_cpu))
             print(f"pair {n + 1}/{repeat}: service {wall:.1f} s ({len(done)}/{len(jobs)} "
                   f"completed, process CPU {service_cpu:.1f} s), bare {bare_s:.1f} s (CPU "
                   f"{bare_cpu:.1f} s): overhead {(wall - bare_s) / bare_s:+.1%}; load average "
-                  f"{load} after the service pass, {_load()} after the bare pass; service WER "
+                  f"{load} after the service pass, {load_average()} after the bare pass; service WER "
                   f"{pooled_wer(done):.2%}, text as the bare models' on "
                   f"{same_as_bare(done, bare_texts)}/{len(done)} files")
     finally:
@@ -419,7 +416,7 @@ def main(argv: list[str] | None = None) -> None:
     groups: dict[str, list[float]] = {}
     for item in items:
         groups.setdefault(item["path"].split("/")[1], []).append(item["duration"])
-    print(f"load average {_load()} on {os.cpu_count()} cores; {len(items)} items, "
+    print(f"load average {load_average()} on {os.cpu_count()} cores; {len(items)} items, "
           f"{sum(sum(v) for v in groups.values()):.1f} s of audio:")
     for group, lengths in sorted(groups.items()):
         print(f"  {group:14s} {len(lengths):3d} items {sum(lengths):7.1f} s")
@@ -480,13 +477,13 @@ def main(argv: list[str] | None = None) -> None:
                 cpu_used["benchmark client"] = time.process_time() - own_before
         finally:
             server.close()
-    print(f"load average after the service run {_load()}")
+    print(f"load average after the service run {load_average()}")
     bare_s, bare_cpu, bare_texts, bare_each, bare_layout, bare_unwanted = (
         (None, 0.0, {}, {}, "", 0.0) if args.no_bare else run_bare(
             args.eval, [j.path for j in jobs if j.status == "completed"], list(PROBES),
             args.model))
     if bare_s is not None:
-        print(f"load average after the bare run {_load()}")
+        print(f"load average after the bare run {load_average()}")
     report(jobs, wall, bare_s, bare_texts, bare_layout, args.quiet)
     if cpu_used:
         print("CPU time during the service run (the stack's processes, and this one: "

@@ -26,8 +26,7 @@ from topologies.redis_keys import (CANCELED, LEDGER, LIVE, LIVE_HOLDS, QUEUED, R
                                    TRANSCRIPT, TRANSCRIPT_LIST, UPLOAD, UPLOAD_CLAIM,
                                    WEBHOOK_AUTH)
 
-__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot", "WaitingPool", "stamp_gen",
-           "LIST_CHANGES"]
+__all__ = ["RedisStore", "map_redis_errors", "LedgerSnapshot", "WaitingPool", "LIST_CHANGES"]
 
 # GCRA: allows `limit` requests per `period` seconds in any rolling window. The clock is the
 # server's: every gateway replica shares it, and a request that waited for a connection is
@@ -227,7 +226,7 @@ return out
 """ % (_LIST_TTL_MS, LIST_CHANGES)
 
 
-def stamp_gen(stamp: str) -> int:
+def _stamp_gen(stamp: str) -> int:
     """How many row writes an account's list stamp (``run:gen``) counts in its server run."""
     return int(stamp.rpartition(":")[2])
 
@@ -509,7 +508,7 @@ class RedisStore:
         if not found:
             return None
         stamp, ids = found[0], list(found[1:])
-        if since is None or ids == [] or stamp_gen(stamp) - stamp_gen(since) != len(ids):
+        if since is None or ids == [] or _stamp_gen(stamp) - _stamp_gen(since) != len(ids):
             return stamp, None
         return stamp, ids
 

@@ -54,7 +54,7 @@ stamp)."""
 LIST_ROWS_MAX = 10_000
 """Rows of the list pages kept per process, all pages together (the oldest go first)."""
 LIVE_ROWS_MAX = 1_000
-"""Live rows kept parsed per process for the list's overlay (the oldest go first)."""
+"""Read-model rows kept parsed per process for the list (the oldest go first)."""
 _FINAL = ("completed", "error", "deleted")
 LIVE_ONLY = frozenset({"processing"})
 """Row states kept in the read model only while it has the job's entry."""
@@ -81,8 +81,9 @@ class Transcripts:
                           tuple[str, float, tuple[TranscriptRow, ...]]] = {}
         """List pages by (account, limit, status, before): (list stamp, when, rows)."""
         self._page_rows = 0
-        self._live_rows: Memo[str, TranscriptRow] = Memo(LIVE_ROWS_MAX)
-        """Live rows parsed by the list's overlay, by their JSON."""
+        self._parsed_rows: Memo[str, TranscriptRow] = Memo(LIVE_ROWS_MAX)
+        """Read-model rows parsed for the list (its overlay, its pages brought up to
+        date), by their JSON."""
 
     async def _store(self, row: TranscriptRow) -> None:
         """Write a row version to ClickHouse and, around it, to the read model."""
@@ -154,17 +155,18 @@ class Transcripts:
         out = list(rows)
         for i, live_json in zip(behind, lives, strict=True):
             if live_json is not None:
-                live = self._live_row(live_json)
+                live = self._row_from_json(live_json)
                 if live.version > out[i].version and live.account_id == out[i].account_id:
                     out[i] = live
         return out
 
-    def _live_row(self, live_json: str) -> TranscriptRow:
-        """A live row parsed from its JSON, kept by that JSON: a polling client's list
-        calls overlay the same running jobs' rows again and again."""
-        found = self._live_rows.get(live_json)
+    def _row_from_json(self, row_json: str) -> TranscriptRow:
+        """A read-model row parsed from its JSON, kept by that JSON: a polling client's list
+        calls overlay the same running jobs' rows, and bring their pages up to date with
+        the same ended ones, again and again (once a gateway process's pages, each)."""
+        found = self._parsed_rows.get(row_json)
         if found is None:
-            found = self._live_rows[live_json] = TranscriptRow.model_validate_json(live_json)
+            found = self._parsed_rows[row_json] = TranscriptRow.model_validate_json(row_json)
         return found
 
     async def insert(self, row: TranscriptRow) -> None:
@@ -272,7 +274,7 @@ class Transcripts:
             found = [f for f in await self.redis.rows_settled(ids) if f is not None]
         except A5sError:
             return None
-        rows = [TranscriptRow.model_validate_json(f) for f in found]
+        rows = [self._row_from_json(f) for f in found]
         if len(rows) != len(ids) or any(r.account_id != account_id for r in rows):
             return None
         return carry_page(kept, rows, limit, status, before)
