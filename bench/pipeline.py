@@ -286,8 +286,8 @@ def run_pairs(base_url: str, keys: list[str], audio_url: Any, items: list[dict[s
             print(f"pair {n + 1}/{repeat}: service {wall:.1f} s ({len(done)}/{len(jobs)} "
                   f"completed, process CPU {service_cpu:.1f} s), bare {bare_s:.1f} s (CPU "
                   f"{bare_cpu:.1f} s): overhead {(wall - bare_s) / bare_s:+.1%}; load average "
-                  f"{load} after the service pass, {load_average()} after the bare pass; service WER "
-                  f"{pooled_wer(done):.2%}, text as the bare models' on "
+                  f"{load} after the service pass, {load_average()} after the bare pass; "
+                  f"service WER {pooled_wer(done):.2%}, text as the bare models' on "
                   f"{same_as_bare(done, bare_texts)}/{len(done)} files")
     finally:
         engines.close()

@@ -226,11 +226,6 @@ return out
 """ % (_LIST_TTL_MS, LIST_CHANGES)
 
 
-def _stamp_gen(stamp: str) -> int:
-    """How many row writes an account's list stamp (``run:gen``) counts in its server run."""
-    return int(stamp.rpartition(":")[2])
-
-
 _ROW_RESULT = _RUN + """
 if redis.call('HGET', KEYS[1], 'run') ~= run then return 0 end
 if redis.call('HGET', KEYS[1], 'deleted') == '1' then return 0 end
@@ -507,10 +502,8 @@ class RedisStore:
                                            args=[since or ""])
         if not found:
             return None
-        stamp, ids = found[0], list(found[1:])
-        if since is None or ids == [] or _stamp_gen(stamp) - _stamp_gen(since) != len(ids):
-            return stamp, None
-        return stamp, ids
+        # The script lists ids only where every generation since ``since`` is noted.
+        return found[0], list(found[1:]) or None
 
     async def rows_settled(self, transcript_ids: Sequence[str]) -> list[str | None]:
         """The rows (JSON, or None) of many entries that may answer (:meth:`row_get`'s

@@ -83,6 +83,9 @@ def test_typed_errors(stack: Stack, client: Client) -> None:
 
 
 def test_retries_honour_retry_after() -> None:
+    """A scripted server (httpx's MockTransport) stands in for the stack here: the client's
+    retry loop needs 429s with a chosen ``Retry-After`` in a set order, which the real
+    service gives only under a load the test cannot time."""
     calls: list[float] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
