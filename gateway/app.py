@@ -79,7 +79,7 @@ def make_console_app(ctx: Context, token: str) -> tornado.web.Application:
     (ClickHouse's HTTP interface on ``/``; with a ClickHouse server, query that instead)."""
     embedded = []
     if getattr(ctx.ch, "embedded", False):
-        sql = ReadOnlySql.for_dsn(ctx.ch.dsn, ctx.ch.database)
+        sql = ReadOnlySql.for_dsn(ctx.ch.dsn, ctx.ch.database, before=ctx.ch.flush)
         embedded = [*clickhouse_proxy_routes(ctx, token), *sql_routes(sql, token)]
     return tornado.web.Application([*console_routes(ctx, token), *ops_routes(ctx, token),
                                     *embedded],

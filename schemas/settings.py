@@ -213,6 +213,10 @@ class Settings(BaseSettings):
     kafka_bootstrap: str = ""
     clickhouse_url: str = ""
     clickhouse_database: str = "a5s"
+    clickhouse_batch_s: float = Field(1.0, ge=0, le=60)
+    """On the embedded engine, how long the job path's rows wait in the insert log before
+    one insert a table writes them (``stores.insert_log``; every read inserts them first).
+    0: each row is inserted at once."""
     redis_url: str = ""
     object_store: Literal["fs", "s3"] = "fs"
     s3_endpoint: str = ""

@@ -3,7 +3,10 @@
 The driver is blocking, so every call runs on one dedicated thread: chdb wants a
 single owner, and it keeps the event loop free. Inserts into one table that wait
 for that thread are written together (group commit: one part instead of many,
-and each caller still returns only once its rows are stored). Schema comes from
+and each caller still returns only once its rows are stored). On the embedded engine
+the job path's rows (:data:`LOGGED_TABLES`) are kept in an insert log and inserted
+once a ``batch_s`` (:mod:`stores.insert_log`); every statement first inserts what the
+log holds, so a read sees every row taken before it. Schema comes from
 the versioned DDL files in ``stores/ddl`` applied once each, in order; the embedded
 engine then writes its small parts packed, one file each (:meth:`ClickHouse.pack_small_parts`).
 """
@@ -27,8 +30,10 @@ from urllib.parse import urlsplit
 
 from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
 
+from .insert_log import InsertLog
+
 __all__ = ["ClickHouse", "RemoteClickHouse", "map_clickhouse_errors", "MIGRATIONS",
-           "PROXY_SCHEME"]
+           "PROXY_SCHEME", "LOGGED_TABLES", "INSERT_LOG_DIR"]
 
 log = logging.getLogger(__name__)
 MIGRATIONS = "ddl"
@@ -37,6 +42,12 @@ PROXY_SCHEME = "a5s+http://"
 PACKED_PART_BYTES = 10 * 1024 * 1024
 """Embedded parts under this many bytes (uncompressed) are written as one file: the size
 under which ClickHouse writes a part compact (``min_bytes_for_wide_part``)."""
+LOGGED_TABLES = frozenset({"transcripts", "transcript_results", "usage_events"})
+"""The job path's tables: a few rows a job each, written through the insert log."""
+INSERT_LOG_DIR = "a5s_insert_log"
+"""The insert log's directory, in the embedded engine's data directory."""
+LOG_ROWS_MAX = 5_000
+"""Rows in the insert log that start a batch before its time."""
 
 
 @contextlib.contextmanager
@@ -84,9 +95,14 @@ class _PendingInsert:
 class ClickHouse:
     """Async facade over one clickhouse-connect client; tables are ``{database}.{name}``."""
 
-    def __init__(self, dsn: str, database: str = "a5s") -> None:
+    def __init__(self, dsn: str, database: str = "a5s", batch_s: float = 0.0) -> None:
         self.dsn = dsn
         self.database = database
+        self.batch_s = batch_s
+        """On the embedded engine, how long the job path's rows wait in the insert log
+        (0: inserted at once, each caller waiting for its part)."""
+        self._log: InsertLog | None = None
+        self._stopping = threading.Event()
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="clickhouse")
         self._client: Any = None
         self._pending: dict[tuple[int, str, tuple[str, ...]], _PendingInsert] = {}
@@ -98,6 +114,11 @@ class ClickHouse:
         self.cpu_s = 0.0
         """CPU time of the ClickHouse thread in the driver and the engine's own work on
         it (chdb runs a statement on the calling thread; its merges are not counted)."""
+
+    @property
+    def logged_rows(self) -> int:
+        """Rows in the insert log, taken and not yet inserted."""
+        return self._log.pending if self._log is not None else 0
 
     @property
     def embedded(self) -> bool:
@@ -121,6 +142,8 @@ class ClickHouse:
         def call() -> Any:
             started = time.thread_time()
             try:
+                if self._log is not None and self._log.pending:
+                    self._insert_log()
                 with map_clickhouse_errors():
                     return fn(self._connect(), *args, **kwargs)
             finally:
@@ -135,6 +158,63 @@ class ClickHouse:
         await self.migrate()
         if self.embedded:
             await self.pack_small_parts()
+            if self.batch_s > 0 and self._log is None:
+                self._log = InsertLog(Path(urlsplit(self.dsn).path) / INSERT_LOG_DIR)
+                await self.flush()  # what an earlier process left, before anything reads
+                threading.Thread(target=self._insert_log_every, name="clickhouse-log",
+                                 daemon=True).start()
+
+    async def flush(self) -> None:
+        """Insert what the insert log holds now (every statement does so first)."""
+        await self._run(lambda c: None)
+
+    def _insert_log_every(self) -> None:
+        while not self._stopping.wait(self.batch_s):
+            if self._log is not None and self._log.pending:
+                with contextlib.suppress(RuntimeError):  # the pool was shut down
+                    self._pool.submit(self._insert_log_timed).result()
+
+    def _insert_log_timed(self) -> None:
+        started = time.thread_time()
+        try:
+            self._insert_log()
+        finally:
+            self.cpu_s += time.thread_time() - started
+
+    def _insert_log(self) -> None:
+        """On the ClickHouse thread: the insert log's rows, one statement a table. A batch
+        that fails goes back to the log whole (inserted twice, its rows replace
+        themselves); a row the engine refuses on its own is kept aside."""
+        from clickhouse_connect.driver.exceptions import ClickHouseError, OperationalError
+        assert self._log is not None
+        batch = self._log.take()
+        if batch is None:
+            return
+        try:
+            client = self._connect()
+            for (table, names), rows in batch.rows.items():
+                try:
+                    self._insert_rows(client, table, names, rows)
+                except OperationalError:
+                    raise
+                except ClickHouseError:
+                    for row in rows:
+                        try:
+                            self._insert_rows(client, table, names, [row])
+                        except OperationalError:
+                            raise
+                        except ClickHouseError as exc:
+                            self._log.reject(table, names, row, str(exc))
+        except Exception as exc:  # the rows stay in the log, for the next statement or tick
+            self._log.give_back(batch)
+            log.warning("clickhouse: %d logged rows not inserted yet: %r", len(batch), exc)
+            return
+        self._log.done(batch)
+
+    def _insert_rows(self, client: Any, table: str, names: Sequence[str],
+                     data: Sequence[Sequence[Any]]) -> None:
+        self.inserts += 1
+        client.command(_insert_statement(self.table(table), names), data=_json_rows(data))
 
     async def pack_small_parts(self) -> list[str]:
         """Store the embedded engine's small parts packed; returns the tables changed.
@@ -158,22 +238,35 @@ class ClickHouse:
     async def close(self) -> None:
         def shut(c: Any) -> None:
             c.close()
+        self._stopping.set()
         if self._client is not None:
             with contextlib.suppress(Exception):
-                await self._run(shut)
+                await self._run(shut)  # inserts the log's rows first
             self._client = None
         self._pool.shutdown(wait=True)
+        self._close_log()
 
     def close_now(self) -> None:
         """Close without an event loop (at process exit), so chdb flushes its files."""
         def shut() -> None:
             if self._client is not None:
                 with contextlib.suppress(Exception):
+                    if self._log is not None and self._log.pending:
+                        self._insert_log()
                     self._client.close()
                 self._client = None
+        self._stopping.set()
         with contextlib.suppress(RuntimeError):
             self._pool.submit(shut).result(timeout=30)
         self._pool.shutdown(wait=True)
+        self._close_log()
+
+    def _close_log(self) -> None:
+        """Rows the log still holds (an insert that failed) stay in its segments, for the
+        next start."""
+        if self._log is not None:
+            self._log.close()
+            self._log = None
 
     async def command(self, sql: str, params: dict[str, Any] | None = None) -> Any:
         self.queries += 1
@@ -191,7 +284,9 @@ class ClickHouse:
         return await self._run(run)
 
     async def insert(self, table: str, rows: Sequence[dict[str, Any]]) -> None:
-        """Store ``rows`` (dicts with the same keys); returns once they are written.
+        """Store ``rows`` (dicts with the same keys); returns once they are written, or,
+        for a table of :data:`LOGGED_TABLES` on the embedded engine, once they are in the
+        insert log, which every later statement inserts first.
 
         Rows for the same table and columns that arrive while earlier work holds the
         ClickHouse thread join one pending insert, so a busy service writes one part per
@@ -202,6 +297,12 @@ class ClickHouse:
             return
         names = tuple(rows[0])
         data = [[row[n] for n in names] for row in rows]
+        if self._log is not None and table in LOGGED_TABLES:
+            line = json.dumps([table, names, data], ensure_ascii=False, default=_json_value)
+            self._log.append(table, names, data, line.encode() + b"\n")
+            if self._log.pending >= LOG_ROWS_MAX:
+                self._pool.submit(self._insert_log_timed)
+            return
         key = (id(asyncio.get_running_loop()), table, names)  # a future serves one loop
         with self._pending_lock:
             pending = self._pending.get(key)
@@ -218,9 +319,8 @@ class ClickHouse:
         with self._pending_lock:  # from here on, new rows start a pending insert of their own
             if self._pending.get(key) is pending:
                 del self._pending[key]
-        self.inserts += 1
         _, table, names = key
-        client.command(_insert_statement(self.table(table), names), data=_json_rows(pending.data))
+        self._insert_rows(client, table, names, pending.data)
 
     async def ping(self) -> float:
         started = time.perf_counter()

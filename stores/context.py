@@ -38,7 +38,8 @@ def build_clickhouse(settings: Settings) -> ClickHouse | RemoteClickHouse:
             secret = settings.console_token.get_secret_value()
             return secret or (settings.data_path / "console.token").read_text().strip()
         return RemoteClickHouse(settings.clickhouse_dsn, settings.clickhouse_database, token)
-    return ClickHouse(settings.clickhouse_dsn, settings.clickhouse_database)
+    return ClickHouse(settings.clickhouse_dsn, settings.clickhouse_database,
+                      batch_s=settings.clickhouse_batch_s)
 
 
 @dataclass

@@ -26,7 +26,7 @@ from collections.abc import Iterator
 from prometheus_client import (CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector,
                                generate_latest)
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
-from prometheus_client.metrics_core import CounterMetricFamily, Metric
+from prometheus_client.metrics_core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.openmetrics import exposition as openmetrics
 
 __all__ = ["Metrics", "TEXT", "OPENMETRICS", "route_label", "negotiate"]
@@ -144,7 +144,8 @@ class Metrics:
     def count_statements(self, clickhouse: object) -> None:
         """Export ``clickhouse``'s statement counters (its ``inserts`` and ``queries``)
         as ``a5s_clickhouse_statements_total{kind}`` and its thread's CPU time as
-        ``a5s_clickhouse_cpu_seconds_total``: what a job costs the engine."""
+        ``a5s_clickhouse_cpu_seconds_total``: what a job costs the engine; and the rows its
+        insert log holds as ``a5s_clickhouse_logged_rows``."""
         class Statements:
             def collect(self) -> Iterator[Metric]:
                 family = CounterMetricFamily(
@@ -159,6 +160,10 @@ class Metrics:
                     "thread (driver and embedded engine; not its background merges).")
                 cpu.add_metric([], getattr(clickhouse, "cpu_s", 0.0))
                 yield cpu
+                yield GaugeMetricFamily(
+                    "a5s_clickhouse_logged_rows", "Rows in the embedded engine's insert log, "
+                    "taken and not yet inserted (stores.insert_log).",
+                    value=getattr(clickhouse, "logged_rows", 0))
         self.registry.register(Statements())  # type: ignore[arg-type]
 
     # --- recording helpers ---------------------------------------------------------------------

@@ -28,6 +28,7 @@ import asyncio
 import re
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -196,11 +197,15 @@ class ReadOnlySql:
         path: the chdb data directory the service's engine uses (exactly as it opened it).
         database: the database a query uses when the request names none.
         threads: queries that run at once; more wait for a thread.
+        before: awaited before each query: the service's engine inserts the rows its
+            insert log holds, so a query sees every row the service has taken.
     """
 
-    def __init__(self, path: str, database: str, threads: int = 2) -> None:
+    def __init__(self, path: str, database: str, threads: int = 2,
+                 before: Callable[[], Awaitable[None]] | None = None) -> None:
         self.path = path
         self.database = database
+        self._before = before
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="sql")
         self._catalog_lock = threading.Lock()
         self._settings: frozenset[str] = frozenset()
@@ -209,11 +214,14 @@ class ReadOnlySql:
         self.timezone = "UTC"
 
     @classmethod
-    def for_dsn(cls, dsn: str, database: str) -> ReadOnlySql:
+    def for_dsn(cls, dsn: str, database: str,
+                before: Callable[[], Awaitable[None]] | None = None) -> ReadOnlySql:
         """From the service's ``chdb://path`` DSN."""
-        return cls(dsn.removeprefix("chdb://"), database)
+        return cls(dsn.removeprefix("chdb://"), database, before=before)
 
     async def run(self, request: SqlRequest) -> SqlResult:
+        if self._before is not None:
+            await self._before()
         return await asyncio.get_running_loop().run_in_executor(self._pool, self._run, request)
 
     async def describe(self) -> tuple[str, str]:

@@ -38,8 +38,22 @@ def test_no_created_samples_in_either_format() -> None:
     assert m.exposition(OPENMETRICS).decode().endswith("# EOF\n")
 
 
+class _Engine:
+    """What ``count_statements`` reads of the ClickHouse facade."""
+    inserts, queries, cpu_s, logged_rows = 7, 3, 0.25, 12
+
+
+def test_the_engine_s_statements_and_logged_rows_are_exported() -> None:
+    m = Metrics()
+    m.count_statements(_Engine())
+    body = m.exposition(TEXT).decode()
+    assert 'a5s_clickhouse_statements_total{kind="insert"} 7.0' in body
+    assert "a5s_clickhouse_logged_rows 12.0" in body
+
+
 def test_every_metric_is_documented() -> None:
     m = Metrics()
+    m.count_statements(_Engine())
     BatchingTranscriber(lambda: None, lambda fn, *a: None, registry=m.registry)
     documented = set(re.findall(r"`((?:a5s|process)_[a-z0-9_]+)`", DOCS.read_text()))
     exposed = {f.name + "_total" if f.type == "counter" else f.name
