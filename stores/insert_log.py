@@ -42,6 +42,10 @@ class Batch:
         return sum(len(r) for r in self.rows.values())
 
 
+def _segment_number(segment: Path) -> int:
+    return int(segment.stem.split("-")[1])
+
+
 class InsertLog:
     """Append-only segments under ``directory``; thread-safe.
 
@@ -58,8 +62,8 @@ class InsertLog:
         self._count = 0
         self._taken: list[Path] = []
         """Segments taken by a batch that failed: deleted with the next batch that succeeds."""
-        found = sorted(directory.glob("segment-*.jsonl"))
-        self._number = int(found[-1].stem.split("-")[1]) + 1 if found else 0
+        found = sorted(directory.glob("segment-*.jsonl"), key=_segment_number)
+        self._number = _segment_number(found[-1]) + 1 if found else 0
         self._sealed = found
         """Segments left by an earlier process: their rows go with the first batch."""
         for path in found:
