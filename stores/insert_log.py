@@ -65,7 +65,8 @@ class InsertLog:
         found = sorted(directory.glob("segment-*.jsonl"), key=_segment_number)
         self._number = _segment_number(found[-1]) + 1 if found else 0
         self._sealed = found
-        """Segments left by an earlier process: their rows go with the first batch."""
+        """Segments whose rows are pending (an earlier process's, one a write failed in):
+        deleted with the next batch."""
         for path in found:
             self._read(path)
         if self._count:
@@ -102,9 +103,22 @@ class InsertLog:
 
     def append(self, table: str, names: Sequence[str], rows: list[list[Any]], line: bytes,
                ) -> None:
-        """Keep ``rows`` (``line`` is their JSON, ``[table, names, rows]``, one line)."""
+        """Keep ``rows`` (``line`` is their JSON, ``[table, names, rows]``, one line).
+
+        A write that fails (a full disk) raises to the caller, whose rows are not kept,
+        and later rows go to a new segment, away from the bytes it may have left.
+        """
         with self._lock:
-            os.write(self._fd, line)
+            try:
+                view = memoryview(line)
+                while view:
+                    view = view[os.write(self._fd, view):]
+            except OSError:
+                os.close(self._fd)
+                self._sealed.append(self.directory / _SEGMENT.format(self._number))
+                self._number += 1
+                self._fd = self._open()
+                raise
             self._add(table, tuple(names), rows)
 
     def take(self) -> Batch | None:

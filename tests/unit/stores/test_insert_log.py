@@ -8,10 +8,14 @@ service would; "the process dies" is ``os._exit`` with rows still in the log.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from ops.stack import REPO
 from stores.clickhouse import INSERT_LOG_DIR
@@ -78,6 +82,33 @@ def test_a_new_log_takes_what_an_earlier_one_left_and_a_torn_line_is_left_out(
     assert segment in batch.segments
     again.done(batch)
     assert list(tmp_path.glob("segment-*")) == [tmp_path / "segment-00000002.jsonl"]
+    again.close()
+
+
+def test_a_failed_write_keeps_its_bytes_away_from_the_rows_after_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk cannot be made here, so ``os.write`` stands in for it: half a line
+    written, then ENOSPC."""
+    log = InsertLog(tmp_path)
+    _append(log, "t1", [[1, "x"]])
+    real_write = os.write
+
+    def full(fd: int, data: bytes) -> int:
+        real_write(fd, bytes(data[:len(data) // 2]))
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr("stores.insert_log.os.write", full)
+    with pytest.raises(OSError):
+        _append(log, "t1", [[2, "y"]])
+    monkeypatch.undo()
+    _append(log, "t1", [[3, "z"]])
+    assert log.pending == 2
+    log.close()  # the process died
+    again = InsertLog(tmp_path)
+    batch = again.take()
+    assert batch is not None
+    assert batch.rows == {("t1", ("a", "b")): [[1, "x"], [3, "z"]]}, \
+        "the refused row is not kept, and the row after it is not lost in its bytes"
+    again.done(batch)
     again.close()
 
 
