@@ -74,14 +74,18 @@ def _insert_statement(table: str, names: Sequence[str]) -> str:
             "input_format_parallel_parsing=0 FORMAT JSONCompactEachRow")
 
 
-def _json_rows(data: Sequence[Sequence[Any]]) -> str:
-    return "\n".join(json.dumps(row, ensure_ascii=False, default=_json_value) for row in data)
+def _json_row(row: Sequence[Any]) -> str:
+    return json.dumps(row, ensure_ascii=False, default=_json_value)
 
 
 def _json_value(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
         return value.isoformat()
     raise TypeError(f"a {type(value).__name__} is not a ClickHouse column value")
+
+
+def _nothing(client: Any) -> None:
+    """A statement-less call: what runs first on the ClickHouse thread runs alone."""
 
 
 class _PendingInsert:
@@ -138,23 +142,26 @@ class ClickHouse:
                     dsn=self.dsn, connect_timeout=5, send_receive_timeout=30)
         return self._client
 
+    def _call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """On the ClickHouse thread: the insert log's rows first, then ``fn(client, ...)``."""
+        started = time.thread_time()
+        try:
+            if self._log is not None and self._log.pending:
+                self._insert_log()
+            with map_clickhouse_errors():
+                return fn(self._connect(), *args, **kwargs)
+        finally:
+            self.cpu_s += time.thread_time() - started
+
     async def _run(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
-        def call() -> Any:
-            started = time.thread_time()
-            try:
-                if self._log is not None and self._log.pending:
-                    self._insert_log()
-                with map_clickhouse_errors():
-                    return fn(self._connect(), *args, **kwargs)
-            finally:
-                self.cpu_s += time.thread_time() - started
-        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+        return await asyncio.get_running_loop().run_in_executor(
+            self._pool, lambda: self._call(fn, *args, **kwargs))
 
     def table(self, name: str) -> str:
         return f"{self.database}.{name}"
 
     async def start(self) -> None:
-        await self._run(lambda c: None)
+        await self._run(_nothing)
         await self.migrate()
         if self.embedded:
             await self.pack_small_parts()
@@ -166,20 +173,17 @@ class ClickHouse:
 
     async def flush(self) -> None:
         """Insert what the insert log holds now (every statement does so first)."""
-        await self._run(lambda c: None)
+        await self._run(_nothing)
 
     def _insert_log_every(self) -> None:
         while not self._stopping.wait(self.batch_s):
             if self._log is not None and self._log.pending:
-                with contextlib.suppress(RuntimeError):  # the pool was shut down
-                    self._pool.submit(self._insert_log_timed).result()
-
-    def _insert_log_timed(self) -> None:
-        started = time.thread_time()
-        try:
-            self._insert_log()
-        finally:
-            self.cpu_s += time.thread_time() - started
+                try:
+                    self._pool.submit(self._call, _nothing).result()
+                except RuntimeError:  # the pool was shut down
+                    return
+                except Exception as exc:  # the engine unreachable: the rows stay in the log
+                    log.warning("clickhouse: the insert log's batch waits: %r", exc)
 
     def _insert_log(self) -> None:
         """On the ClickHouse thread: the insert log's rows, one statement a table. A batch
@@ -195,16 +199,16 @@ class ClickHouse:
             for (table, names), rows in batch.rows.items():
                 try:
                     self._insert_rows(client, table, names, rows)
-                except OperationalError:
-                    raise
-                except ClickHouseError:
-                    for row in rows:
+                except ClickHouseError as exc:
+                    if isinstance(exc, OperationalError):
+                        raise
+                    for row in rows:  # which row is refused: each alone
                         try:
                             self._insert_rows(client, table, names, [row])
-                        except OperationalError:
-                            raise
-                        except ClickHouseError as exc:
-                            self._log.reject(table, names, row, str(exc))
+                        except ClickHouseError as refused:
+                            if isinstance(refused, OperationalError):
+                                raise
+                            self._log.reject(table, names, row, str(refused))
         except Exception as exc:  # the rows stay in the log, for the next statement or tick
             self._log.give_back(batch)
             log.warning("clickhouse: %d logged rows not inserted yet: %r", len(batch), exc)
@@ -212,9 +216,10 @@ class ClickHouse:
         self._log.done(batch)
 
     def _insert_rows(self, client: Any, table: str, names: Sequence[str],
-                     data: Sequence[Sequence[Any]]) -> None:
+                     rows: Sequence[str]) -> None:
+        """``rows``: each a JSON array of ``names``' values (``_json_row``)."""
         self.inserts += 1
-        client.command(_insert_statement(self.table(table), names), data=_json_rows(data))
+        client.command(_insert_statement(self.table(table), names), data="\n".join(rows))
 
     async def pack_small_parts(self) -> list[str]:
         """Store the embedded engine's small parts packed; returns the tables changed.
@@ -248,16 +253,13 @@ class ClickHouse:
 
     def close_now(self) -> None:
         """Close without an event loop (at process exit), so chdb flushes its files."""
-        def shut() -> None:
-            if self._client is not None:
-                with contextlib.suppress(Exception):
-                    if self._log is not None and self._log.pending:
-                        self._insert_log()
-                    self._client.close()
-                self._client = None
+        def shut(c: Any) -> None:
+            c.close()
         self._stopping.set()
-        with contextlib.suppress(RuntimeError):
-            self._pool.submit(shut).result(timeout=30)
+        if self._client is not None:
+            with contextlib.suppress(Exception):  # RuntimeError: the pool is shut down
+                self._pool.submit(self._call, shut).result(timeout=30)  # the log first
+            self._client = None
         self._pool.shutdown(wait=True)
         self._close_log()
 
@@ -298,10 +300,9 @@ class ClickHouse:
         names = tuple(rows[0])
         data = [[row[n] for n in names] for row in rows]
         if self._log is not None and table in LOGGED_TABLES:
-            line = json.dumps([table, names, data], ensure_ascii=False, default=_json_value)
-            self._log.append(table, names, data, line.encode() + b"\n")
+            self._log.append(table, names, [_json_row(row) for row in data])
             if self._log.pending >= LOG_ROWS_MAX:
-                self._pool.submit(self._insert_log_timed)
+                self._pool.submit(self._call, _nothing)
             return
         key = (id(asyncio.get_running_loop()), table, names)  # a future serves one loop
         with self._pending_lock:
@@ -320,7 +321,7 @@ class ClickHouse:
             if self._pending.get(key) is pending:
                 del self._pending[key]
         _, table, names = key
-        self._insert_rows(client, table, names, pending.data)
+        self._insert_rows(client, table, names, [_json_row(row) for row in pending.data])
 
     async def ping(self) -> float:
         started = time.perf_counter()

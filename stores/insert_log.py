@@ -22,7 +22,6 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 __all__ = ["InsertLog", "Batch"]
 
@@ -33,9 +32,10 @@ _REJECTED = "rejected.jsonl"
 
 @dataclass
 class Batch:
-    """Rows taken from the log, by (table, column names), and the segments that hold them."""
+    """Rows taken from the log, by (table, column names), and the segments that hold them;
+    each row is a JSON array of its values, as ClickHouse's ``JSONCompactEachRow`` reads it."""
 
-    rows: dict[tuple[str, tuple[str, ...]], list[list[Any]]]
+    rows: dict[tuple[str, tuple[str, ...]], list[str]]
     segments: list[Path]
 
     def __len__(self) -> int:
@@ -58,7 +58,7 @@ class InsertLog:
         self.directory = directory
         directory.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._rows: dict[tuple[str, tuple[str, ...]], list[list[Any]]] = {}
+        self._rows: dict[tuple[str, tuple[str, ...]], list[str]] = {}
         self._count = 0
         self._taken: list[Path] = []
         """Segments taken by a batch that failed: deleted with the next batch that succeeds."""
@@ -95,19 +95,21 @@ class InsertLog:
                 except ValueError:
                     log.warning("insert log: a torn line in %s left out", path.name)
                     continue
-                self._add(table, tuple(names), rows)
+                self._add(table, tuple(names),
+                          [json.dumps(row, ensure_ascii=False) for row in rows])
 
-    def _add(self, table: str, names: tuple[str, ...], rows: list[list[Any]]) -> None:
+    def _add(self, table: str, names: tuple[str, ...], rows: list[str]) -> None:
         self._rows.setdefault((table, names), []).extend(rows)
         self._count += len(rows)
 
-    def append(self, table: str, names: Sequence[str], rows: list[list[Any]], line: bytes,
-               ) -> None:
-        """Keep ``rows`` (``line`` is their JSON, ``[table, names, rows]``, one line).
+    def append(self, table: str, names: Sequence[str], rows: list[str]) -> None:
+        """Keep ``rows`` (each a JSON array), as one line: ``[table, names, rows]``.
 
         A write that fails (a full disk) raises to the caller, whose rows are not kept,
         and later rows go to a new segment, away from the bytes it may have left.
         """
+        line = (f"[{json.dumps(table)},{json.dumps(list(names))},[{','.join(rows)}]]\n"
+                ).encode()
         with self._lock:
             try:
                 view = memoryview(line)
@@ -150,13 +152,14 @@ class InsertLog:
             self._count += len(batch)
             self._taken = [*batch.segments, *self._taken]
 
-    def reject(self, table: str, names: Sequence[str], row: list[Any], error: str) -> None:
+    def reject(self, table: str, names: Sequence[str], row: str, error: str) -> None:
         """A row the engine refuses on its own: kept aside in ``rejected.jsonl`` for its
         operator, and logged, so that it does not hold back the rows after it."""
         log.error("insert log: a %s row refused by ClickHouse, kept in %s: %s",
                   table, self.directory / _REJECTED, error)
         with (self.directory / _REJECTED).open("a") as f:
-            f.write(json.dumps([table, list(names), [row], error], default=str) + "\n")
+            f.write(f"[{json.dumps(table)},{json.dumps(list(names))},[{row}],"
+                    f"{json.dumps(error)}]\n")
 
     def close(self) -> None:
         with self._lock:
