@@ -31,11 +31,15 @@ __all__ = ["console_routes", "console_token", "NewAccount", "AccountChange", "Ne
            "CreatedKey", "KeyInfo", "ConsoleAccount", "SweepRequest"]
 
 
-def console_token(settings: Settings) -> str:
+def console_token(settings: Settings, create: bool = True) -> str:
+    """``A5S_CONSOLE_TOKEN``, else the one in ``<data_dir>/console.token``, made there by the
+    service's first start; a client (``create=False``) gets FileNotFoundError without one."""
     if settings.console_token.get_secret_value():
         return settings.console_token.get_secret_value()
     path = Path(settings.data_path) / "console.token"
     if not path.exists():
+        if not create:
+            raise FileNotFoundError(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(secrets.token_urlsafe(32))
         path.chmod(0o600)

@@ -185,9 +185,10 @@ class OpsDataHandler(ConsoleHandler):
 
 
 def ops_routes(ctx: Any, token: str) -> list[tuple[str, type, dict[str, Any]]]:
-    from .playground import STATIC_DIR
+    from .playground import FAVICON_ROUTE, STATIC_DIR
     return [
         (r"/ops", PlaygroundPage, {"page": "ops.html"}),
+        FAVICON_ROUTE,
         (r"/ops/static/(.*)", StaticAsset, {"path": str(STATIC_DIR)}),
         (r"/ops/v1/data", OpsDataHandler, {"ctx": ctx, "token": token}),
     ]

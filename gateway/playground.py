@@ -17,7 +17,7 @@ import tornado.web
 
 from .base import ErrorEnvelope
 
-__all__ = ["playground_routes", "PlaygroundPage", "StaticAsset", "STATIC_DIR"]
+__all__ = ["playground_routes", "PlaygroundPage", "StaticAsset", "STATIC_DIR", "FAVICON_ROUTE"]
 
 STATIC_DIR = Path(str(resources.files("gateway").joinpath("static")))
 # The pages load only their own script and style; audio may come from any URL the user
@@ -54,9 +54,15 @@ class _Redirect(ErrorEnvelope, tornado.web.RedirectHandler):
     pass
 
 
+FAVICON_ROUTE: tuple[str, type, dict[str, Any]] = (r"/(favicon\.ico)", StaticAsset,
+                                                   {"path": str(STATIC_DIR)})
+"""The icon browsers ask every origin for (the playground's and the ops dashboard's)."""
+
+
 def playground_routes() -> list[tuple[str, type, dict[str, Any]]]:
     return [
         (r"/", _Redirect, {"url": "/playground"}),
+        FAVICON_ROUTE,
         (r"/playground", PlaygroundPage, {"page": "playground.html"}),
         (r"/playground/live", PlaygroundPage, {"page": "live.html"}),
         (r"/playground/static/(.*)", StaticAsset, {"path": str(STATIC_DIR)}),

@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,8 @@ def _settings(data_dir: str | None, check: bool = True) -> Settings:
     return settings
 
 
-data_dir_option = click.option("--data-dir", envvar="A5S_DATA_DIR", default=None,
-                               help="Data directory (default ./a5s-data).")
+data_dir_option = click.option("--data-dir", envvar="A5S_DATA_DIR", show_envvar=True,
+                               default=None, help="Data directory (default ./a5s-data).")
 
 
 @click.group()
@@ -239,25 +240,48 @@ def topology() -> None:
 
 # --- admin: a client of the console API ---------------------------------------------------------
 
+@dataclass(frozen=True)
+class Console:
+    """Where ``a5s admin`` sends its requests, and the settings that hold its token."""
+
+    url: str
+    settings: Settings
+
+
 @main.group()
 @data_dir_option
+@click.option("--url", default=None,
+              help="The console's URL (default http://127.0.0.1:<console port>, the port as "
+                   "a5s up was given it: A5S_CONSOLE_PORT, else its run file in the data "
+                   "directory).")
 @click.pass_context
-def admin(ctx: click.Context, data_dir: str | None) -> None:
-    """Accounts, keys and webhook secrets (talks to the running service's console)."""
-    ctx.obj = _settings(data_dir, check=False)
+def admin(ctx: click.Context, data_dir: str | None, url: str | None) -> None:
+    """Accounts, keys and webhook secrets (talks to the running service's console).
+
+    The service is found from the settings a5s up was given: A5S_DATA_DIR (or --data-dir),
+    whose console.token authenticates (or A5S_CONSOLE_TOKEN), and A5S_CONSOLE_PORT, else the
+    port recorded in the data directory's run/up.json.
+    """
+    from ops.instance import located
+    settings = located(_settings(data_dir, check=False))
+    ctx.obj = Console(url.rstrip("/") if url else settings.console_url, settings)
 
 
-def _console(settings: Settings, method: str, path: str, body: Any = None) -> Any:
+def _console(console: Console, method: str, path: str, body: Any = None) -> Any:
     import httpx
 
-    from gateway.console import console_token
+    from ops.instance import InstanceError, client_token
     try:
-        resp = httpx.request(method, settings.console_url + "/console/v1" + path, json=body,
-                             headers={"Authorization": f"Bearer {console_token(settings)}"},
-                             timeout=30)
+        token = client_token(console.settings)
+    except InstanceError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        resp = httpx.request(method, console.url + "/console/v1" + path, json=body,
+                             headers={"Authorization": f"Bearer {token}"}, timeout=30)
     except httpx.HTTPError as exc:
-        raise click.ClickException(f"cannot reach the console at {settings.console_url}: "
-                                   f"{exc} (is a5s running?)") from exc
+        raise click.ClickException(f"cannot reach the console at {console.url}: {exc} (is a5s "
+                                   "running there? --data-dir, A5S_DATA_DIR, A5S_CONSOLE_PORT "
+                                   "or --url name it)") from exc
     data = resp.json()
     if resp.status_code >= 400:
         err = data.get("error", {})
@@ -299,26 +323,26 @@ def _with_limits(fn: Any) -> Any:
 @click.option("--with-key/--no-key", default=True, help="Also create a first API key.")
 @_with_limits
 @click.pass_obj
-def create_account(settings: Settings, with_key: bool, **fields: Any) -> None:
+def create_account(console: Console, with_key: bool, **fields: Any) -> None:
     body = {k: v for k, v in fields.items() if v is not None}
-    data = _console(settings, "POST", "/accounts", body)
+    data = _console(console, "POST", "/accounts", body)
     if with_key:
-        data["key"] = _console(settings, "POST", f"/accounts/{data['account']['id']}/keys",
+        data["key"] = _console(console, "POST", f"/accounts/{data['account']['id']}/keys",
                                {"name": "default"})
     _show(data)
 
 
 @admin.command("list-accounts")
 @click.pass_obj
-def list_accounts(settings: Settings) -> None:
-    _show(_console(settings, "GET", "/accounts"))
+def list_accounts(console: Console) -> None:
+    _show(_console(console, "GET", "/accounts"))
 
 
 @admin.command("show-account")
 @click.argument("account_id")
 @click.pass_obj
-def show_account(settings: Settings, account_id: str) -> None:
-    _show(_console(settings, "GET", f"/accounts/{account_id}"))
+def show_account(console: Console, account_id: str) -> None:
+    _show(_console(console, "GET", f"/accounts/{account_id}"))
 
 
 @admin.command("update-account")
@@ -329,17 +353,17 @@ def show_account(settings: Settings, account_id: str) -> None:
 @click.option("--streaming/--no-streaming", "streaming_enabled", default=None)
 @_with_limits
 @click.pass_obj
-def update_account(settings: Settings, account_id: str, **fields: Any) -> None:
+def update_account(console: Console, account_id: str, **fields: Any) -> None:
     body = {k: v for k, v in fields.items() if v is not None}
-    _show(_console(settings, "PATCH", f"/accounts/{account_id}", body))
+    _show(_console(console, "PATCH", f"/accounts/{account_id}", body))
 
 
 def _status_command(name: str, status: str, help_text: str) -> None:
     @admin.command(name, help=help_text)
     @click.argument("account_id")
     @click.pass_obj
-    def command(settings: Settings, account_id: str) -> None:
-        _show(_console(settings, "PATCH", f"/accounts/{account_id}", {"status": status}))
+    def command(console: Console, account_id: str) -> None:
+        _show(_console(console, "PATCH", f"/accounts/{account_id}", {"status": status}))
 
 
 _status_command("suspend", "suspended", "Suspend an account (403 account_suspended).")
@@ -351,31 +375,31 @@ _status_command("activate", "active", "Re-activate a suspended or disabled accou
 @click.argument("account_id")
 @click.option("--name", default="default")
 @click.pass_obj
-def create_key(settings: Settings, account_id: str, name: str) -> None:
+def create_key(console: Console, account_id: str, name: str) -> None:
     """Create an API key; it is printed once and only its hash is stored."""
-    _show(_console(settings, "POST", f"/accounts/{account_id}/keys", {"name": name}))
+    _show(_console(console, "POST", f"/accounts/{account_id}/keys", {"name": name}))
 
 
 @admin.command("list-keys")
 @click.argument("account_id")
 @click.pass_obj
-def list_keys(settings: Settings, account_id: str) -> None:
-    _show(_console(settings, "GET", f"/accounts/{account_id}/keys"))
+def list_keys(console: Console, account_id: str) -> None:
+    _show(_console(console, "GET", f"/accounts/{account_id}/keys"))
 
 
 @admin.command("revoke-key")
 @click.argument("key_id")
 @click.pass_obj
-def revoke_key(settings: Settings, key_id: str) -> None:
-    _show(_console(settings, "DELETE", f"/keys/{key_id}"))
+def revoke_key(console: Console, key_id: str) -> None:
+    _show(_console(console, "DELETE", f"/keys/{key_id}"))
 
 
 @admin.command("webhook-secret")
 @click.argument("account_id")
 @click.option("--rotate", is_flag=True, help="Replace the secret with a new one.")
 @click.pass_obj
-def webhook_secret(settings: Settings, account_id: str, rotate: bool) -> None:
-    _show(_console(settings, "POST" if rotate else "GET",
+def webhook_secret(console: Console, account_id: str, rotate: bool) -> None:
+    _show(_console(console, "POST" if rotate else "GET",
                    f"/accounts/{account_id}/webhook-secret"))
 
 
@@ -383,31 +407,37 @@ def webhook_secret(settings: Settings, account_id: str, rotate: bool) -> None:
 
 key_option = click.option("--key", envvar="A5S_API_KEY", required=True,
                           help="API key (default $A5S_API_KEY).")
-url_option = click.option("--url", envvar="A5S_URL", default="http://127.0.0.1:8000",
-                          show_default=True, help="Service base URL (default $A5S_URL).")
+url_option = click.option("--url", envvar="A5S_URL", default=None,
+                          help="Service base URL (default $A5S_URL, else the local service as "
+                               "a5s up was given it: A5S_HOST and A5S_PORT, else the port "
+                               "recorded in the data directory's run/up.json).")
+_ELSEWHERE = ("is a5s running there? (`a5s up` starts it; --url, $A5S_URL, or A5S_PORT and "
+              "A5S_DATA_DIR as a5s up had them, point elsewhere)")
 
 
 def _api_errors(fn: Any) -> Any:
-    """Client exceptions become one-line CLI errors with their code and request id."""
+    """The service's URL (``--url``, else the local one found from ``--data-dir`` and the
+    settings, :func:`ops.instance.located`); client exceptions become one-line CLI errors
+    with their code and request id."""
     import functools
 
     @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
+    def wrapper(*args: Any, data_dir: str | None, url: str | None, **kwargs: Any) -> Any:
         from a5s import A5sError, APIConnectionError, APIStatusError, StreamError
+        from ops.instance import api_url, located
+        url = url or api_url(located(_settings(data_dir, check=False)))
         try:
-            return fn(*args, **kwargs)
+            return fn(*args, url=url, **kwargs)
         except APIConnectionError as exc:
             reason = str(exc).removeprefix("cannot reach the service: ")
-            raise click.ClickException(f"cannot reach the service at {kwargs.get('url')} "
-                                       f"({reason}): is a5s running there? (`a5s up` starts "
-                                       "it; --url or $A5S_URL point elsewhere)") from exc
+            raise click.ClickException(f"cannot reach the service at {url} ({reason}): "
+                                       f"{_ELSEWHERE}") from exc
         except APIStatusError as exc:
             raise click.ClickException(f"{exc.code}: {exc.message}" + (
                 f" (param {exc.param})" if exc.param else "") + (
                 f" [{exc.request_id}]" if exc.request_id else "")) from exc
         except StreamError as exc:
-            hint = (": is a5s running there? (`a5s up` starts it; --url or $A5S_URL point "
-                    "elsewhere)" if exc.code == "connection_failed" else "")
+            hint = f": {_ELSEWHERE}" if exc.code == "connection_failed" else ""
             raise click.ClickException(f"{exc.code}: {exc.message}{hint}") from exc
         except A5sError as exc:
             raise click.ClickException(str(exc)) from exc
@@ -423,21 +453,67 @@ def _probe(path: str) -> None:
         raise click.ClickException(str(exc)) from exc
 
 
+FORMATS = ("srt", "vtt", "json")
+"""``a5s transcribe``'s formats besides its default, one line per speaker turn."""
+
+
+def output_format(flags: dict[str, bool], output: str | None) -> str | None:
+    """The format ``a5s transcribe`` writes: the one flag given, else the ``--output`` file's
+    extension where it names one of :data:`FORMATS`, else None (speaker turns).
+
+    Raises:
+        click.ClickException: two format flags, or a flag that contradicts the extension.
+    """
+    given = [name for name in FORMATS if flags.get(name)]
+    if len(given) > 1:
+        names = [f"--{n}" for n in given]
+        raise click.ClickException(f"{', '.join(names[:-1])} and {names[-1]} conflict: give "
+                                   "one format")
+    suffix = Path(output).suffix.lower().lstrip(".") if output else ""
+    implied = suffix if suffix in FORMATS else None
+    if given and implied and given[0] != implied:
+        raise click.ClickException(f"--{given[0]} conflicts with --output {output} (a .{implied} "
+                                   "file): give one format")
+    return given[0] if given else implied
+
+
+def _writable(output: str | None) -> None:
+    """Refuse an ``--output`` path that cannot be written before anything is sent."""
+    if output is None:
+        return
+    path = Path(output)
+    if path.is_dir():
+        raise click.ClickException(f"--output {output}: is a directory")
+    if not path.absolute().parent.is_dir():
+        raise click.ClickException(f"--output {output}: no such directory "
+                                   f"{path.absolute().parent}")
+    if not os.access(path if path.exists() else path.absolute().parent, os.W_OK):
+        raise click.ClickException(f"--output {output}: permission denied")
+
+
 @main.command()
 @click.argument("source")
-@click.option("--srt", "fmt", flag_value="srt", help="Print SubRip captions.")
-@click.option("--vtt", "fmt", flag_value="vtt", help="Print WebVTT captions.")
-@click.option("--json", "fmt", flag_value="json", help="Print the transcript as JSON.")
+@click.option("--srt", is_flag=True, help="SubRip captions.")
+@click.option("--vtt", is_flag=True, help="WebVTT captions.")
+@click.option("--json", "as_json", is_flag=True, help="The transcript as JSON.")
+@click.option("--output", "-o", default=None, metavar="FILE",
+              help="Write the result to FILE instead of stdout; its extension (.srt, .vtt, "
+                   ".json) gives the format when no flag does.")
 @click.option("--timeout", type=float, default=None, help="Give up waiting after N seconds.")
 @key_option
 @url_option
+@data_dir_option
 @_api_errors
-def transcribe(source: str, fmt: str | None, timeout: float | None, key: str, url: str) -> None:
-    """Transcribe a FILE or an http(s) URL; progress on stderr, the result on stdout.
+def transcribe(source: str, srt: bool, vtt: bool, as_json: bool, output: str | None,
+               timeout: float | None, key: str, url: str) -> None:
+    """Transcribe a FILE or an http(s) URL; progress on stderr, the result on stdout (or
+    --output FILE).
 
-    Without a format flag, one line per speaker turn: ``speaker_1: text``.
+    Without a format, one line per speaker turn: ``speaker_1: text``.
     """
     from a5s import Client
+    fmt = output_format({"srt": srt, "vtt": vtt, "json": as_json}, output)
+    _writable(output)
     if not source.startswith(("http://", "https://")):
         _probe(source)
     started = time.monotonic()
@@ -449,12 +525,20 @@ def transcribe(source: str, fmt: str | None, timeout: float | None, key: str, ur
     with Client(key, base_url=url) as client:
         done = client.transcribe(source, timeout=timeout, on_progress=progress)
         if fmt in ("srt", "vtt"):
-            click.echo(client.subtitles(done.id, fmt), nl=False)
+            text = client.subtitles(done.id, fmt)
         elif fmt == "json":
-            click.echo(done.model_dump_json(indent=2))
+            text = done.model_dump_json(indent=2) + "\n"
         else:
-            for utt in done.utterances or []:
-                click.echo(f"{utt.speaker}: {utt.text}")
+            text = "".join(f"{utt.speaker}: {utt.text}\n" for utt in done.utterances or [])
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        Path(output).write_text(text)
+    except OSError as exc:
+        raise click.ClickException(f"--output {output}: {exc.strerror or exc} (the transcript "
+                                   f"is {done.id})") from exc
+    click.echo(f"a5s: wrote {output}", err=True)
 
 
 @main.command()
@@ -462,6 +546,7 @@ def transcribe(source: str, fmt: str | None, timeout: float | None, key: str, ur
 @click.option("--language", default="en-US", show_default=True)
 @key_option
 @url_option
+@data_dir_option
 @_api_errors
 def stream(source: str, language: str, key: str, url: str) -> None:
     """Stream a FILE over the realtime WebSocket in real time and print the live transcript.

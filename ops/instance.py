@@ -1,7 +1,8 @@
 """Who holds a data directory and its ports: a running ``a5s up``, leftovers of a dead one,
 or another program.
 
-``a5s up`` records itself in ``run/up.json`` (pid and ports). On start it refuses to run
+``a5s up`` records itself in ``run/up.json`` (pid and ports; the command-line clients find
+the service's ports there, :func:`located`). On start it refuses to run
 beside a live instance of the same data directory, naming it; processes a dead instance
 left behind (broker, Valkey, the service and its workers, found through their pidfiles
 and checked against their command line and data directory) are stopped; a port still
@@ -16,12 +17,14 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
 from schemas.settings import Settings
 
 from .procstat import alive
 
-__all__ = ["InstanceError", "claim", "release", "leftovers", "port_owner", "stop_pid"]
+__all__ = ["InstanceError", "claim", "release", "leftovers", "port_owner", "stop_pid", "located",
+           "api_url", "client_token"]
 
 
 class InstanceError(RuntimeError):
@@ -146,8 +149,8 @@ def claim(settings: Settings) -> list[tuple[str, int]]:
     """
     root = settings.data_path
     record = root / "run" / "up.json"
-    with contextlib.suppress(OSError, ValueError):
-        other = json.loads(record.read_text())
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        other = _record(settings)
         pid = int(other["pid"])
         if pid != os.getpid() and alive(pid) and "up" in _cmdline(pid):
             ports = ", ".join(f"{k} {v}" for k, v in other.get("ports", {}).items())
@@ -167,8 +170,59 @@ def claim(settings: Settings) -> list[tuple[str, int]]:
     return stopped
 
 
+def _record(settings: Settings) -> dict[str, Any]:
+    """What ``a5s up`` wrote in ``run/up.json`` (pid and ports); raises OSError or
+    ValueError where there is no such file or it does not parse."""
+    record = json.loads((settings.data_path / "run" / "up.json").read_text())
+    if not isinstance(record, dict):
+        raise ValueError("run/up.json does not hold an object")
+    return record
+
+
+_RECORDED = {"port": "API", "console_port": "console"}
+"""Settings fields and the names ``run/up.json`` gives their ports."""
+
+
+def located(settings: Settings) -> Settings:
+    """``settings`` with the API and console ports of the ``a5s up`` that runs (or ran) on
+    their data directory, as its ``run/up.json`` recorded them, wherever ``A5S_PORT`` /
+    ``A5S_CONSOLE_PORT`` (or their entries in the config file) do not name them: the clients
+    (``transcribe``, ``stream``, ``admin``, ``sql``) find the service from the settings
+    ``a5s up`` was given. The record stays while processes of a killed ``a5s up`` may still
+    serve, and is removed by one that stops."""
+    try:
+        ports = _record(settings).get("ports", {})
+        update = {name: int(ports[key]) for name, key in _RECORDED.items()
+                  if name not in settings.model_fields_set and key in ports}
+    except (OSError, ValueError, TypeError, AttributeError):  # none, or not one a5s wrote
+        return settings
+    return settings.model_copy(update=update)
+
+
+def api_url(settings: Settings) -> str:
+    """The base URL of the API listener on this machine (loopback where it binds every
+    address)."""
+    host = settings.host if settings.host not in ("", "0.0.0.0", "::") else "127.0.0.1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{settings.port}"
+
+
+def client_token(settings: Settings) -> str:
+    """The console token a client of the console sends (``a5s admin``, ``a5s sql``).
+
+    Raises:
+        InstanceError: there is none, so the data directory is likely not the service's.
+    """
+    from gateway.console import console_token
+    try:
+        return console_token(settings, create=False)
+    except FileNotFoundError as exc:
+        raise InstanceError(
+            f"no console token in {exc.args[0]} and A5S_CONSOLE_TOKEN is not set: is "
+            f"{settings.data_path} the data directory a5s up runs on? (--data-dir or "
+            "A5S_DATA_DIR name it)") from None
+
+
 def release(settings: Settings) -> None:
-    record = settings.data_path / "run" / "up.json"
-    with contextlib.suppress(OSError, ValueError):
-        if json.loads(record.read_text())["pid"] == os.getpid():
-            record.unlink()
+    with contextlib.suppress(OSError, ValueError, KeyError):
+        if _record(settings)["pid"] == os.getpid():
+            (settings.data_path / "run" / "up.json").unlink()

@@ -1,7 +1,8 @@
 """``a5s sql``: read-only SQL through ClickHouse's HTTP interface, printed as a table.
 
 The same command serves both deployments: with ``a5s up`` it talks to the service's
-own engine on the console listener (``http://127.0.0.1:<console port>/``, the console
+own engine on the console listener (``http://127.0.0.1:<console port>/``, the port found
+as ``a5s up`` was given it or recorded it, :func:`ops.instance.located`; the console
 token as the password; ``gateway/sql_http.py``); with a ClickHouse server
 (``A5S_CLICKHOUSE_URL=http://...``) it talks to that server. ``--url`` names any other
 (``http://user:password@host:8123``).
@@ -25,7 +26,9 @@ from urllib.parse import unquote, urlsplit
 
 import click
 
-from schemas.settings import Settings
+from schemas.settings import Settings, SettingsError, load_settings
+
+from .instance import InstanceError, client_token, located
 
 __all__ = ["sql", "SqlTarget", "sql_target", "format_table", "bind_parameters"]
 
@@ -49,8 +52,7 @@ def sql_target(settings: Settings, url: str | None) -> SqlTarget:
     parts = urlsplit(url or settings.console_url)
     password = unquote(parts.password or "")
     if not url and not password:
-        from gateway.console import console_token
-        password = console_token(settings)
+        password = client_token(settings)
     port = parts.port or (443 if parts.scheme == "https" else 8123)
     base = f"{parts.scheme}://{parts.hostname}:{port}"
     return SqlTarget(base, unquote(parts.username or "default"), password,
@@ -122,8 +124,8 @@ def _one_line(exc: BaseException) -> str:
               help="ClickHouse HTTP URL (default: the configured server, else the running "
                    "a5s up on the console port).")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per row instead.")
-@click.option("--data-dir", envvar="A5S_DATA_DIR", default=None,
-              help="Data directory (default ./a5s-data).")
+@click.option("--data-dir", envvar="A5S_DATA_DIR", show_envvar=True, default=None,
+              help="Data directory of the a5s up to query (default ./a5s-data).")
 def sql(query: str | None, path: str | None, params: tuple[str, ...], url: str | None,
         as_json: bool, data_dir: str | None) -> None:
     """Run a read-only SQL query against the service's ClickHouse and print a table."""
@@ -136,8 +138,10 @@ def sql(query: str | None, path: str | None, params: tuple[str, ...], url: str |
         if not sep:
             raise click.UsageError(f"--param {item!r}: expected NAME=VALUE")
         given[name.strip()] = value
-    settings = Settings(data_dir=data_dir) if data_dir else Settings()  # type: ignore[arg-type]
-    target = sql_target(settings, url)
+    try:
+        target = sql_target(located(load_settings(data_dir)), url)
+    except (SettingsError, InstanceError) as exc:
+        raise click.ClickException(str(exc)) from exc
     text = text.replace("{db}", target.database)
     values = bind_parameters(text, given, datetime.now(UTC))
     import clickhouse_connect

@@ -154,7 +154,7 @@
     const lo = Math.min(...times), hi = Math.max(...times), span = Math.max(1, hi - lo);
     const yMax = niceMax(Math.max(...points.flatMap((p) => series.map(([name]) => p[name] || 0))));
     const g = frame(svg, yMax, unit);
-    const x = (t) => points.length === 1 ? g.left + g.w / 2 : g.left + ((t - lo) / span) * g.w;
+    const x = (t) => lo === hi ? g.left + g.w / 2 : g.left + ((t - lo) / span) * g.w;
     series.forEach(([name, label], s) => {
       const colour = COLOURS[s % COLOURS.length];
       const path = points.map((p, i) => (i ? "L" : "M") + x(times[i]).toFixed(1) + "," + g.y(p[name] || 0).toFixed(1)).join(" ");
@@ -163,9 +163,17 @@
       const r = 3 + 1.5 * (series.length - 1 - s);
       points.forEach((p, i) => svg.appendChild(el("circle", { cx: x(times[i]), cy: g.y(p[name] || 0), r, fill: colour, class: "point" })));
     });
-    const label = (t) => new Date(t).toISOString().slice(11, 16);
-    svg.appendChild(el("text", { x: g.left, y: g.top + g.h + 14 }, label(lo)));
-    svg.appendChild(el("text", { x: g.left + g.w, y: g.top + g.h + 14, "text-anchor": "end" }, label(hi)));
+    // The time axis: one label under a single bucket; otherwise its two ends, with seconds
+    // where they fall in the same minute.
+    const short = (t) => new Date(t).toISOString().slice(11, 16);
+    const label = short(lo) === short(hi) ? (t) => new Date(t).toISOString().slice(11, 19) : short;
+    const below = g.top + g.h + 14;
+    if (lo === hi) {
+      svg.appendChild(el("text", { x: x(lo), y: below, "text-anchor": "middle", class: "x-label" }, label(lo)));
+    } else {
+      svg.appendChild(el("text", { x: g.left, y: below, class: "x-label" }, label(lo)));
+      svg.appendChild(el("text", { x: g.left + g.w, y: below, "text-anchor": "end", class: "x-label" }, label(hi)));
+    }
     legend(plot, series.map(([, l]) => l), (l) => COLOURS[series.findIndex(([, x2]) => x2 === l) % COLOURS.length]);
   }
 
