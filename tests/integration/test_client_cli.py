@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -166,6 +167,67 @@ def test_cli_mistakes_are_one_line(stack: Stack, key: str, tmp_path) -> None:
     _one_line_error(_cli(stack, key, "stream", str(notes)), "not an audio or video file")
     _one_line_error(_cli(stack, key, "stream", "nope.wav"), "no such file")
     assert time.monotonic() - started < 30  # not the 45 s idle timeout
+
+
+def _as_up_was_given(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The CLI with ``env`` alone (no ``A5S_URL``): what a user has after starting ``a5s up``."""
+    return subprocess.run([sys.executable, "-m", "ops.cli", *args], cwd=REPO,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO), **env},
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_cli_finds_the_service_from_the_settings_a5s_up_was_given(stack: Stack, key: str,
+                                                                 tmp_path) -> None:
+    """The stack runs on non-default ports. Given the variables its ``a5s up`` was given, or
+    only its data directory (the ports then come from ``run/up.json``), transcribe, stream,
+    admin and sql all reach it."""
+    assert "A5S_URL" not in stack.env and stack.port != 8000 and stack.console_port != 8001
+    given = {**stack.env, "A5S_API_KEY": key}
+    only_dir = {"A5S_DATA_DIR": str(stack.data_dir), "A5S_API_KEY": key}
+
+    srt = tmp_path / "short.srt"
+    out = _as_up_was_given(given, "transcribe", str(SHORT), "--output", str(srt))
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == "" and f"wrote {srt}" in out.stderr
+    assert srt.read_text().startswith("1\n00:00:") and "[speaker_1]" in srt.read_text()
+    as_json = tmp_path / "short.json"
+    out = _as_up_was_given(only_dir, "transcribe", str(SHORT), "-o", str(as_json))
+    assert out.returncode == 0, out.stderr
+    done = Transcript.model_validate_json(as_json.read_text())
+    assert done.status == "completed" and "forward" in (done.text or "")
+
+    for env in (given, only_dir):
+        out = _as_up_was_given(env, "stream", str(SHORT))
+        assert out.returncode == 0, out.stderr
+        assert "forward" in out.stdout.lower() and "finished" in out.stderr
+
+    made = _as_up_was_given(given, "admin", "create-account", "--email",
+                            f"cli{time.time_ns()}@example.com", "--no-key")
+    assert made.returncode == 0, made.stderr
+    account = json.loads(made.stdout)["account"]["id"]
+    shown = _as_up_was_given(only_dir, "admin", "show-account", account)
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["account"]["id"] == account
+
+    for env in (given, only_dir):
+        out = _as_up_was_given(env, "sql", "--json",
+                               f"SELECT count() AS n FROM {{db}}.transcripts WHERE id = '{done.id}'")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == {"n": 1}
+
+
+def test_cli_refuses_conflicting_formats(stack: Stack, key: str, tmp_path) -> None:
+    """Refused in one line before anything is sent: no upload, no file written."""
+    given = {**stack.env, "A5S_API_KEY": key}
+    vtt = tmp_path / "talk.vtt"
+    for args, expected in ((["--srt", "--vtt"], "--srt and --vtt conflict"),
+                           (["--srt", "--vtt", "--json"], "--srt, --vtt and --json conflict"),
+                           (["--srt", "--output", str(vtt)], f"--srt conflicts with --output {vtt}"),
+                           (["--output", str(tmp_path / "no" / "t.srt")], "no such directory")):
+        out = _as_up_was_given(given, "transcribe", str(SHORT), *args)
+        line = _one_line_error(out, expected)
+        assert "uploading" not in out.stderr, (line, out.stderr)
+    assert not list(tmp_path.iterdir())
 
 
 def test_cli_with_the_service_down(key: str) -> None:

@@ -275,6 +275,15 @@ def test_ops_dashboard_draws_charts_from_a_real_job(stack: Stack, jobs: dict[str
     assert marks("memory", "circle.point") >= 1 and marks("fds", "circle.point") >= 1
     labels = driver.find_element(By.ID, "failures").text
     assert jobs["failed"]["error"]["code"] in labels
+    # The live charts hold one sample after the first poll: one time label, not one per end.
+    for chart in ("queue-wait", "processing", "rtf", "live", "cpu", "memory", "fds"):
+        times = [e.text for e in driver.find_elements(By.CSS_SELECTOR,
+                                                      f"#{chart} svg text.x-label")]
+        assert times and len(times) == len(set(times)), (chart, times)
+    for origin in (console, stack.url("")):  # the icon every page load asks for
+        icon = httpx.get(origin + "/favicon.ico")
+        assert icon.status_code == 200 and icon.content[:4] == b"\0\0\1\0", icon.text[:200]
+        assert icon.headers["content-type"].startswith("image/"), icon.headers
 
     driver.set_window_size(1280, 2400)  # every chart in one screenshot
     shot = tmp_path / "ops.png"
