@@ -282,7 +282,11 @@ def _console(console: Console, method: str, path: str, body: Any = None) -> Any:
         raise click.ClickException(f"cannot reach the console at {console.url}: {exc} (is a5s "
                                    "running there? --data-dir, A5S_DATA_DIR, A5S_CONSOLE_PORT "
                                    "or --url name it)") from exc
-    data = resp.json()
+    try:
+        data = resp.json()
+    except ValueError:
+        raise click.ClickException(f"{console.url} answered {resp.status_code} without JSON: "
+                                   "is it the console of a5s? (--url)") from None
     if resp.status_code >= 400:
         err = data.get("error", {})
         raise click.ClickException(f"{err.get('code')}: {err.get('message')}"
