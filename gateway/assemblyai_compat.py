@@ -20,8 +20,12 @@ cannot honour are refused with a message that says so (``schemas.assemblyai.REFU
 ``docs/compat.md`` lists every field.
 
 The options that shape the answer (``speaker_labels``, ``speakers_expected``, ``punctuate``,
-``format_text``, ``webhook_auth_header_name``) are kept in the transcript's metadata under ``assemblyai``,
-so they live and are deleted with the transcript.
+``format_text``, ``multichannel``, ``webhook_auth_header_name``) are kept in the transcript's
+metadata under ``assemblyai``, so they live and are deleted with the transcript.
+
+``multichannel`` transcribes each channel on its own (``JobSpec.multichannel``): the result's
+``speaker_<n>`` is channel ``n``, answered as AssemblyAI does, ``channel`` and ``speaker``
+``"n"`` on each word and utterance, with ``audio_channels``.
 """
 
 from __future__ import annotations
@@ -51,6 +55,7 @@ from .subtitles_handler import SUBTITLE_TYPES, completed_result, parse_subtitle_
 from .transcripts import parse_list_query
 
 __all__ = ["aai_routes", "create_body", "aai_transcript", "aai_list", "speaker_letter",
+           "speaker_channel",
            "upload_url", "upload_file_id", "unlabelled", "OPTIONS_KEY", "WORD_CONFIDENCE"]
 
 OPTIONS_KEY = "assemblyai"
@@ -107,6 +112,10 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
     if req.speakers_expected is not None and not req.speaker_labels:
         raise InvalidRequest("speakers_expected needs speaker_labels set to true.",
                              param="speakers_expected")
+    if req.multichannel and req.speaker_labels:
+        raise InvalidRequest("speaker_labels with multichannel is not supported: a5s does not "
+                             "diarize within a channel; with multichannel each channel is one "
+                             "speaker. Leave out one of the two.", param="speaker_labels")
     for name in _PLAIN:
         if getattr(req, name):
             raise InvalidRequest(f"{name} is not supported: a5s transcripts are verbatim "
@@ -125,6 +134,7 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
             "speaker_labels": bool(req.speaker_labels),
             "speakers_expected": req.speakers_expected, "punctuate": req.punctuate,
             "format_text": req.format_text,
+            **({"multichannel": True} if req.multichannel else {}),
             "webhook_auth_header_name": req.webhook_auth_header_name}},
     }
     file_id = upload_file_id(req.audio_url, hosts)
@@ -141,10 +151,19 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
 _Key = tuple[float, float, str]
 
 
-def _words(words: list[Word], labels: bool, confidence: dict[_Key, float]) -> list[AaiWord]:
+def speaker_channel(speaker: str) -> str:
+    """A multichannel result's speaker as AssemblyAI names its channel: ``speaker_2`` -> ``2``."""
+    m = _SPEAKER.fullmatch(speaker)
+    return m.group(1) if m else speaker
+
+
+def _words(words: list[Word], labels: bool, confidence: dict[_Key, float],
+           channels: bool = False) -> list[AaiWord]:
     return [AaiWord(text=w.text, start=_ms(w.start), end=_ms(w.end),
                     confidence=confidence.get((w.start, w.end, w.text), WORD_CONFIDENCE),
-                    speaker=speaker_letter(w.speaker) if labels else None) for w in words]
+                    speaker=(speaker_channel(w.speaker) if channels else
+                             speaker_letter(w.speaker) if labels else None),
+                    channel=speaker_channel(w.speaker) if channels else None) for w in words]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -168,11 +187,13 @@ def aai_transcript(transcript: Transcript, base_url: str,
         confidence = {(w.start, w.end, w.text): c
                       for w, c in zip(result.words, result.word_confidence)}
     labels = bool(options.get("speaker_labels"))
+    channels = bool(options.get("multichannel"))
     out = AaiTranscript(
         id=transcript.id, status=transcript.status,
         audio_url=_audio_url(transcript, base_url), language_code=transcript.language_code,
         punctuate=options.get("punctuate"), format_text=options.get("format_text"),
         speaker_labels=labels, speakers_expected=options.get("speakers_expected"),
+        multichannel=True if channels else None,
         webhook_url=transcript.webhook_url,
         webhook_auth=options.get("webhook_auth_header_name") is not None,
         webhook_auth_header_name=options.get("webhook_auth_header_name"),
@@ -182,17 +203,20 @@ def aai_transcript(transcript: Transcript, base_url: str,
         error=transcript.error.message if transcript.error else None)
     if transcript.status == "completed":
         out.text = transcript.text or ""
-        out.words = _words(transcript.words or [], labels, confidence)
+        out.words = _words(transcript.words or [], labels, confidence, channels)
         out.confidence = _mean([w.confidence for w in out.words]) if confidence else None
-        if labels:
+        if channels:
+            out.audio_channels = result.audio_channels if result is not None else None
+        if labels or channels:
             out.utterances = []
             for u in transcript.utterances or []:
-                words = _words(u.words, True, confidence)
+                words = _words(u.words, True, confidence, channels)
                 mean = _mean([w.confidence for w in words])
                 out.utterances.append(AaiUtterance(
                     text=u.text, start=_ms(u.start), end=_ms(u.end),
                     confidence=WORD_CONFIDENCE if mean is None else mean,
-                    speaker=speaker_letter(u.speaker), words=words))
+                    speaker=speaker_channel(u.speaker) if channels else speaker_letter(u.speaker),
+                    channel=speaker_channel(u.speaker) if channels else None, words=words))
     return out
 
 
@@ -313,7 +337,8 @@ class AaiTranscriptsHandler(_AaiJobs):
         raw = json.dumps(create_body(req, hosts)).encode()
         transcript, _ = await self.jobs.create(who, raw, None, CreateTranscript,
                                                webhook_format="assemblyai",
-                                               speakers_expected=req.speakers_expected)
+                                               speakers_expected=req.speakers_expected,
+                                               multichannel=bool(req.multichannel))
         self.send(aai_transcript(transcript, self.base_url))
 
     async def get(self) -> None:

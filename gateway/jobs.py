@@ -48,11 +48,13 @@ class JobService:
     async def create(self, who: Principal, raw_body: bytes, idempotency_key: str | None,
                      parse: type[CreateTranscript],
                      webhook_format: Literal["a5s", "assemblyai"] = "a5s",
-                     speakers_expected: int | None = None) -> tuple[Transcript, bool]:
+                     speakers_expected: int | None = None,
+                     multichannel: bool = False) -> tuple[Transcript, bool]:
         """Returns the transcript and whether it was created now (201) or replayed (200).
 
         ``webhook_format`` is the body its webhook will have (``assemblyai`` for ``/v2``);
-        ``speakers_expected`` is a speaker count for diarization (``/v2`` only)."""
+        ``speakers_expected`` is a speaker count for diarization, ``multichannel`` transcribes
+        each channel on its own (``/v2`` only)."""
         account = who.account
         wait = await self.ctx.redis.take_rate(f"create:{account.id}",
                                               account.max_requests_per_minute)
@@ -66,7 +68,8 @@ class JobService:
             if replay is not None:
                 return replay, False
         try:
-            transcript = await self._admit(who, body, webhook_format, speakers_expected)
+            transcript = await self._admit(who, body, webhook_format, speakers_expected,
+                                           multichannel)
         except BaseException:
             if idempotency_key is not None:
                 await self.ctx.redis.delete(*IDEMPOTENCY.key(account.id,
@@ -105,7 +108,7 @@ class JobService:
 
     async def _admit(self, who: Principal, body: CreateTranscript,
                      webhook_format: Literal["a5s", "assemblyai"],
-                     speakers_expected: int | None) -> Transcript:
+                     speakers_expected: int | None, multichannel: bool = False) -> Transcript:
         account, ctx = who.account, self.ctx
         if not account.async_enabled:
             raise ModelAccessDenied(f"This account has no access to {ASYNC_MODEL}.",
@@ -126,7 +129,7 @@ class JobService:
                        language_code=body.language_code, webhook_url=body.webhook_url,
                        webhook_auth_header_name=body.webhook_auth_header_name,
                        metadata=body.metadata, webhook_format=webhook_format,
-                       speakers_expected=speakers_expected)
+                       speakers_expected=speakers_expected, multichannel=multichannel)
         row = TranscriptRow(id=tid, account_id=account.id, key_id=who.key.key_id,
                             created_at=now, status="queued", audio_url=body.audio_url,
                             file_id=body.file_id, language_code=body.language_code,

@@ -18,7 +18,7 @@ from schemas.records import (AccountEvent, AccountLimits, Admission, Canceled, D
                              DurationKnown, Finished, LimitsChanged, SessionClosed,
                              SessionLost, SessionOpened, Settled, Submitted)
 
-__all__ = ["AccountState", "Running", "LiveReservation", "RecentPage", "Effects", "StateChange",
+__all__ = ["AccountState", "Running", "billed_seconds", "LiveReservation", "RecentPage", "Effects", "StateChange",
            "apply", "lost_holds", "RECENT_MAX", "RECENT_PAGE", "LIVE_HOLD_GRACE"]
 
 RECENT_MAX = 4096
@@ -45,6 +45,14 @@ class Running(BaseModel):
     reserved: float = 0.0
     duration: float | None = None
     admitted: bool | None = None
+    channels: int | None = None
+    """A multichannel job's channels, each billed its duration (``DurationKnown``)."""
+
+
+def billed_seconds(duration: float, channels: int | None) -> float:
+    """The usage a job's audio counts: its duration once per channel of a multichannel job
+    (each channel is recognised on its own), once for a mixed-down one."""
+    return duration * (channels or 1)
 
 
 class LiveReservation(BaseModel):
@@ -171,30 +179,35 @@ def apply(state: AccountState, event: AccountEvent, now: datetime) -> tuple[Acco
             tid = event.transcript_id
             run = state.processing.get(tid)
             if run is not None:
+                cost = billed_seconds(event.duration, event.channels)
                 if run.admitted is None:
                     run.duration = event.duration
-                    run.admitted = event.duration <= state.remaining + 1e-9
-                    run.reserved = event.duration if run.admitted else 0.0
+                    run.channels = event.channels
+                    run.admitted = cost <= state.remaining + 1e-9
+                    run.reserved = cost if run.admitted else 0.0
                 fx.admissions.append(Admission(
                     account_id=event.account_id, transcript_id=tid, admitted=bool(run.admitted),
-                    duration=run.duration or event.duration,
+                    duration=run.duration or event.duration, channels=run.channels,
                     reason="" if run.admitted else
-                    f"The audio lasts {event.duration:.1f} s but only "
-                    f"{max(0.0, state.remaining):.1f} s of usage remain."))
+                    f"The audio lasts {event.duration:.1f} s"
+                    + (f" on {event.channels} channels ({cost:.1f} s of usage)"
+                       if event.channels else "")
+                    + f" but only {max(0.0, state.remaining):.1f} s of usage remain."))
         case Finished():
             tid = event.transcript_id
             run = state.processing.pop(tid, None)
             if run is not None or state.has_left(tid):
                 if run is not None and event.status == "completed":
-                    counted = event.duration if event.duration is not None else run.duration
-                    state.used += counted or 0.0
-                    fx.usage_seconds = counted or 0.0
+                    seconds = event.duration if event.duration is not None else run.duration
+                    counted = billed_seconds(seconds or 0.0, event.channels or run.channels)
+                    state.used += counted
+                    fx.usage_seconds = counted
                 state.forget(tid)
                 # A replay settles again (publishing is idempotent) but never counts twice.
                 fx.settled.append(Settled(
                     account_id=event.account_id, transcript_id=tid, status=event.status,
                     duration=event.duration, error_code=event.error_code,
-                    error_message=event.error_message))
+                    error_message=event.error_message, channels=event.channels))
         case LimitsChanged():
             state.limits = event.limits
         case SessionOpened():

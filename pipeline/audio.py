@@ -2,7 +2,8 @@
 
 The pipeline keeps one canonical copy of each job's audio: 16 kHz mono signed
 16-bit little-endian samples with no header (half the size of float32, and any
-span can be memory-mapped). Decoding uses PyAV, whose wheel carries FFmpeg, so
+span can be memory-mapped); a multichannel job keeps one such file per channel
+(:func:`decode_channels_to_pcm`). Decoding uses PyAV, whose wheel carries FFmpeg, so
 no system FFmpeg is needed. Decoding streams frame by frame: memory use does not
 grow with the file's length, and a file over the duration limit stops decoding
 as soon as the limit is passed.
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import av
 import numpy as np
@@ -29,8 +30,8 @@ from schemas.errors import JobErrorCode, JobFailed
 
 from .types import SAMPLE_RATE, Region
 
-__all__ = ["MIN_DURATION_S", "MAX_DURATION_S", "PCM_DTYPE", "decode_to_pcm", "read_pcm",
-           "pcm_duration"]
+__all__ = ["MIN_DURATION_S", "MAX_DURATION_S", "PCM_DTYPE", "decode_to_pcm",
+           "audio_channels", "decode_channels_to_pcm", "read_pcm", "pcm_duration"]
 
 log = logging.getLogger(__name__)
 
@@ -165,6 +166,61 @@ def decode_to_pcm(src: str | Path | BinaryIO, dst: BinaryIO, *,
     Raises:
         JobFailed: ``invalid_audio`` or ``audio_too_long``.
     """
+    mixer, dc = _StereoMixer(), _DcBlocker()
+
+    def write(planes: np.ndarray) -> None:
+        dst.write(_to_int16(dc(mixer.mix(planes) if planes.shape[0] == 2 else planes[0])))
+
+    return _decode(src, write, max_duration_s, separate=False)
+
+
+def audio_channels(src: str | Path) -> int:
+    """The number of channels of the first audio stream of ``src`` (its header only).
+
+    Raises:
+        JobFailed: ``invalid_audio`` when the file cannot be opened or has no audio stream.
+    """
+    with _map_av_errors("opened"):
+        container = av.open(str(src), mode="r", metadata_errors="ignore")
+    with container:
+        if not container.streams.audio:
+            raise JobFailed(JobErrorCode.invalid_audio, "The file has no audio stream.")
+        return max(1, int(container.streams.audio[0].codec_context.channels))
+
+
+def decode_channels_to_pcm(src: str | Path, dsts: Sequence[BinaryIO], *,
+                           max_duration_s: float = MAX_DURATION_S) -> float:
+    """Decode each channel of the first audio stream of ``src`` to its own 16 kHz mono
+    int16 LE PCM file: channel ``n`` (1-based) goes to ``dsts[n - 1]``.
+
+    The multichannel form of :func:`decode_to_pcm`: nothing is mixed, each channel has
+    its own DC filter; damage, duration limits and errors are handled the same way.
+    ``dsts`` has one file per channel, as :func:`audio_channels` counts them.
+
+    Returns:
+        The decoded duration in seconds (of each channel, not their sum).
+
+    Raises:
+        JobFailed: ``invalid_audio`` or ``audio_too_long``.
+    """
+    dcs = [_DcBlocker() for _ in dsts]
+
+    def write(planes: np.ndarray) -> None:
+        if planes.shape[0] != len(dsts):
+            raise JobFailed(JobErrorCode.invalid_audio,
+                            f"The audio has {planes.shape[0]} channels where its header "
+                            f"declares {len(dsts)}.")
+        for plane, dc, dst in zip(planes, dcs, dsts):
+            dst.write(_to_int16(dc(plane)))
+
+    return _decode(src, write, max_duration_s, separate=True)
+
+
+def _decode(src: str | Path | BinaryIO, write: Callable[[np.ndarray], None],
+            max_duration_s: float, *, separate: bool) -> float:
+    """Decode the first audio stream of ``src`` into 16 kHz float planes (channels x
+    samples) handed to ``write``: the stream's own channels when ``separate``, else
+    mono or stereo for the mix. Returns the duration; raises the job errors."""
     max_samples = int(max_duration_s * SAMPLE_RATE)
     too_long = JobFailed(JobErrorCode.audio_too_long,
                          f"The audio is longer than the limit of {max_duration_s:g} seconds.")
@@ -179,17 +235,17 @@ def decode_to_pcm(src: str | Path | BinaryIO, dst: BinaryIO, *,
         declared = _declared_duration(container, stream)
         if declared is not None and declared > max_duration_s + 1.0:
             raise too_long
-        stereo = stream.codec_context.channels == 2
-        resampler = av.AudioResampler(format="fltp", layout="stereo" if stereo else "mono",
-                                      rate=SAMPLE_RATE)
-        mixer, dc = _StereoMixer(), _DcBlocker()
+        if separate:
+            layout: Any = stream.codec_context.layout
+        else:
+            layout = "stereo" if stream.codec_context.channels == 2 else "mono"
+        resampler = av.AudioResampler(format="fltp", layout=layout, rate=SAMPLE_RATE)
         for out in _resampled(resampler, _decoded_frames(container, stream)):
             planes = out.to_ndarray()
-            mono = mixer.mix(planes) if planes.shape[0] == 2 else planes[0]
-            written += mono.shape[0]
+            written += planes.shape[1]
             if written > max_samples:
                 raise too_long
-            dst.write(_to_int16(dc(mono)))
+            write(planes)
     duration = written / SAMPLE_RATE
     if written == 0:
         raise JobFailed(JobErrorCode.invalid_audio, "The file contains no audio samples.")

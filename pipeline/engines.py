@@ -238,6 +238,14 @@ class Engines:
         from .audio import decode_to_pcm
         return decode_to_pcm(src, dst, max_duration_s=max_duration_s)
 
+    def channels(self, src: Path) -> int:
+        from .audio import audio_channels
+        return audio_channels(src)
+
+    def decode_channels(self, src: Path, dsts: list[BinaryIO], max_duration_s: float) -> float:
+        from .audio import decode_channels_to_pcm
+        return decode_channels_to_pcm(src, dsts, max_duration_s=max_duration_s)
+
     def speech(self, pcm: Path) -> tuple[list[Region], list[Region]]:
         from .vad import VadOptions, plan_chunks, speech_regions
         opts = VadOptions()
@@ -274,6 +282,12 @@ class Engines:
             turns = self.diarizer.diarize(samples, speech, speakers)  # type: ignore[arg-type]
         return assemble(words, turns)
 
+    def channel_result(self, speech: dict[int, list[Region]], words: list[TimedWord],
+                       channels: int) -> TranscriptResult:
+        """A multichannel job's result: the speaker is the channel, nothing is diarized."""
+        from .diarization import assemble_channels
+        return assemble_channels(words, speech).model_copy(update={"audio_channels": channels})
+
     # --- (de)serialising intermediate results -------------------------------------------------
 
     @staticmethod
@@ -286,7 +300,9 @@ class Engines:
 
     @staticmethod
     def dump_words(words: list[TimedWord]) -> bytes:
-        return json.dumps([asdict(w) for w in words]).encode()
+        """A word's ``channel`` only where it has one (a multichannel job's)."""
+        return json.dumps([{k: v for k, v in asdict(w).items()
+                            if v is not None or k != "channel"} for w in words]).encode()
 
     @staticmethod
     def load_words(raw: bytes) -> list[TimedWord]:

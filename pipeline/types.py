@@ -34,6 +34,8 @@ class TimedWord:
     start: float
     end: float
     probability: float = 1.0
+    channel: int | None = None
+    """The channel (1-based) a multichannel job's word was heard on; None: the mix."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,8 @@ These models are the compatibility contract of ``gateway/assemblyai_compat.py``:
 body the SDK sends, the transcript and list it parses, the upload answer, the error body
 (``{"error": "..."}``, which the SDK reads by key) and the webhook body. Times are
 milliseconds, speakers are letters. ``docs/compat.md`` says for each field whether a5s
-supports, maps or refuses it.
+supports, maps or refuses it. With ``multichannel`` the speaker of a word and an utterance
+is its channel, ``"1"``, ``"2"``, ..., as AssemblyAI labels them, and both carry ``channel``.
 """
 
 from __future__ import annotations
@@ -24,9 +25,8 @@ REFUSED: dict[str, str] = {
     # transcription options a5s has no counterpart for
     "speaker_options": "a5s takes an exact speaker count (speakers_expected) or estimates "
                        "the number itself; it takes no bounds",
-    "dual_channel": "a5s mixes channels down to one and diarizes the mix",
-    "multichannel": "a5s mixes channels down to one and diarizes the mix",
-    "audio_channels": "a5s mixes channels down to one and diarizes the mix",
+    "dual_channel": "deprecated by AssemblyAI for multichannel; send multichannel instead",
+    "audio_channels": "a response field, not an option",
     "audio_start_from": "a5s transcribes the whole file; trim the audio before upload",
     "audio_end_at": "a5s transcribes the whole file; trim the audio before upload",
     "word_boost": "a5s has no custom vocabulary for batch jobs",
@@ -91,6 +91,7 @@ class AaiCreateTranscript(BaseModel):
     format_text: StrictBool | None = None
     speaker_labels: StrictBool | None = None
     speakers_expected: StrictInt | None = Field(None, ge=1, le=20)
+    multichannel: StrictBool | None = None
     webhook_url: StrictStr | None = None
     webhook_auth_header_name: StrictStr | None = None
     webhook_auth_header_value: StrictStr | None = None
@@ -102,6 +103,8 @@ class AaiWord(_Model):
     end: int
     confidence: float
     speaker: str | None = None
+    channel: str | None = None
+    """A multichannel transcript's channel, ``"1"`` for the first."""
 
 
 class AaiUtterance(AaiWord):
@@ -119,6 +122,8 @@ class AaiTranscript(_Model):
     format_text: bool | None = None
     speaker_labels: bool | None = None
     speakers_expected: int | None = None
+    multichannel: bool | None = None
+    audio_channels: int | None = None
     webhook_url: str | None = None
     webhook_auth: bool = False
     webhook_auth_header_name: str | None = None

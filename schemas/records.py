@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from .api import Speaker, Timestamp, Utterance, Word
 
 __all__ = [
-    "Record", "AccountLimits", "JobSpec", "Submitted", "Canceled", "DurationKnown", "Finished",
+    "Record", "AccountLimits", "JobSpec", "Channels", "Submitted", "Canceled", "DurationKnown", "Finished",
     "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
     "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
@@ -54,6 +54,14 @@ class JobSpec(Record):
     """The webhook body: the spec's event, or AssemblyAI's for jobs created under ``/v2``."""
     speakers_expected: int | None = Field(None, ge=1, le=20)
     """The number of speakers the client expects (``/v2``); None: diarization estimates it."""
+    multichannel: bool = False
+    """Each channel transcribed on its own, the speaker being the channel (``/v2``'s
+    ``multichannel``); false: the channels are mixed down to one and diarized."""
+
+
+Channels = Annotated[int | None, Field(ge=1)]
+"""The channels of a multichannel job, each decoded, recognised and billed on its own;
+None: a job whose channels are mixed down to one audio."""
 
 
 # --- account events [key: account_id] -> accounts agent -------------------------------------
@@ -78,6 +86,7 @@ class DurationKnown(Record):
     account_id: str
     transcript_id: str
     duration: float
+    channels: Channels = None
 
 
 class _Outcome(Record):
@@ -87,6 +96,7 @@ class _Outcome(Record):
     duration: float | None = None
     error_code: str | None = None
     error_message: str | None = None
+    channels: Channels = None
 
 
 class Finished(_Outcome):
@@ -157,11 +167,14 @@ class Admission(Record):
     admitted: bool
     duration: float
     reason: str = ""
+    channels: Channels = None
 
 
 class Chunk(Record):
     start: float
     end: float
+    channel: int | None = Field(None, ge=1)
+    """The channel (1-based) of a multichannel job; None: the job's mixed-down audio."""
 
 
 class ChunkPlan(Record):
@@ -169,6 +182,7 @@ class ChunkPlan(Record):
     transcript_id: str
     duration: float
     chunks: list[Chunk]
+    channels: Channels = None
 
 
 class Transcribed(Record):
@@ -176,6 +190,7 @@ class Transcribed(Record):
     transcript_id: str
     duration: float
     result_key: str
+    channels: Channels = None
 
 
 class JobOutcome(_Outcome):
@@ -207,10 +222,14 @@ class TranscriptResult(BaseModel):
     """The recogniser's probability of each of ``words`` (same order), 0 to 1. Not part of
     the ``/v1`` transcript; ``/v2`` serves it as AssemblyAI's word ``confidence``. Empty for
     results stored before it was kept."""
+    audio_channels: int | None = None
+    """The channels of a multichannel job (``/v2``'s ``audio_channels``); its speaker
+    ``speaker_<n>`` is channel ``n``. None: the channels were mixed down and diarized.
+    Not part of the ``/v1`` transcript."""
 
     def public(self) -> dict[str, Any]:
         """The fields a ``/v1`` transcript and the ``transcripts.completed`` record carry."""
-        return self.model_dump(exclude={"word_confidence"})
+        return self.model_dump(exclude={"word_confidence", "audio_channels"})
 
 
 class CompletedTranscript(Record):

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 __all__ = ["ObjectKey", "JobFiles", "upload_key", "file_id_of", "transcript_id_of",
            "JOBS_PREFIX", "UPLOADS_PREFIX", "OBJECT_KEYS", "UPLOAD", "SPEC", "AUDIO", "DURATION",
-           "SPEECH", "CHUNKS", "WORDS", "RESULT"]
+           "SPEECH", "CHUNKS", "WORDS", "RESULT", "CHANNEL_AUDIO", "CHANNEL_SPEECH", "CHANNELS"]
 
 JOBS_PREFIX = "jobs/"
 UPLOADS_PREFIX = "uploads/"
@@ -38,8 +38,14 @@ SPEECH = ObjectKey("jobs/<id>/speech.json", "VAD speech regions (diarization rea
 CHUNKS = ObjectKey("jobs/<id>/chunks.json", "speech regions merged into recognition chunks")
 WORDS = ObjectKey("jobs/<id>/words.json", "recognised words with times")
 RESULT = ObjectKey("jobs/<id>/result.json", "the assembled TranscriptResult")
+CHANNEL_AUDIO = ObjectKey("jobs/<id>/audio-<n>.pcm", "a multichannel job's channel n (1-based), "
+                          "decoded on its own, 16 kHz mono s16le; such a job has no audio.pcm")
+CHANNEL_SPEECH = ObjectKey("jobs/<id>/speech-<n>.json", "VAD speech regions of a multichannel "
+                           "job's channel n (bound its utterances and speaking time)")
+CHANNELS = ObjectKey("jobs/<id>/channels.json", "how many channels a multichannel job decoded")
 
-OBJECT_KEYS: tuple[ObjectKey, ...] = (UPLOAD, SPEC, AUDIO, DURATION, SPEECH, CHUNKS, WORDS, RESULT)
+OBJECT_KEYS: tuple[ObjectKey, ...] = (UPLOAD, SPEC, AUDIO, DURATION, SPEECH, CHUNKS, WORDS, RESULT,
+                                      CHANNEL_AUDIO, CHANNEL_SPEECH, CHANNELS)
 
 
 @dataclass(frozen=True)
@@ -82,6 +88,17 @@ class JobFiles:
     @property
     def result(self) -> str:
         return self._key(RESULT)
+
+    @property
+    def channels(self) -> str:
+        return self._key(CHANNELS)
+
+    def channel_audio(self, n: int | None) -> str:
+        """Channel ``n``'s audio of a multichannel job; None: the job's mixed-down audio."""
+        return self.audio if n is None else self._key(CHANNEL_AUDIO).replace("<n>", str(n))
+
+    def channel_speech(self, n: int) -> str:
+        return self._key(CHANNEL_SPEECH).replace("<n>", str(n))
 
     def is_spec(self, key: str) -> bool:
         return key == self.spec

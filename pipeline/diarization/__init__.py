@@ -8,7 +8,7 @@ Build once per worker and pass in::
     result = assemble(words, turns)
 """
 
-from .assemble import AssembleOptions, assemble, speaker_id
+from .assemble import AssembleOptions, assemble, assemble_channels, speaker_id
 from .clustering import cluster_embeddings
 from .diarizer import Diarizer
 from .embedding import SpeakerEmbedder
@@ -16,4 +16,4 @@ from .options import DiarizationOptions
 from .segmentation import Segmenter
 
 __all__ = ["AssembleOptions", "DiarizationOptions", "Diarizer", "Segmenter", "SpeakerEmbedder",
-           "assemble", "cluster_embeddings", "speaker_id"]
+           "assemble", "assemble_channels", "cluster_embeddings", "speaker_id"]

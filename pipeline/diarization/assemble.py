@@ -3,6 +3,10 @@
 Speakers are named ``speaker_1``, ``speaker_2``, … (1-based, as people count) in order of
 their first word. Only speakers with at least one word are listed, so every listed
 speaker appears in ``utterances``; with no words the result is empty throughout.
+
+A multichannel job is not diarized (``assemble_channels``): a word's speaker is its
+channel, ``speaker_<n>`` for channel ``n``, and each channel's speech regions stand for its
+turns.
 """
 
 from __future__ import annotations
@@ -16,9 +20,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from schemas.api import Speaker, Utterance, Word
 from schemas.records import TranscriptResult
 
-from ..types import SpeakerTurn, TimedWord
+from ..types import Region, SpeakerTurn, TimedWord
 
-__all__ = ["AssembleOptions", "assemble", "speaker_id"]
+__all__ = ["AssembleOptions", "assemble", "assemble_channels", "speaker_id"]
 
 
 class AssembleOptions(BaseModel):
@@ -102,7 +106,8 @@ def _covered(spans: list[tuple[float, float]], point: float) -> bool:
 
 
 def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
-             opts: AssembleOptions | None = None) -> TranscriptResult:
+             opts: AssembleOptions | None = None,
+             speakers: Sequence[int] | None = None) -> TranscriptResult:
     """Attribute each word to a speaker and group words into utterances.
 
     Each word takes the speaker most active over its span, i.e. whose turns overlap it
@@ -116,22 +121,30 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
       words: recognised words, any order (sorted here by time).
       turns: diarization turns; empty means a single speaker.
       opts: grouping options.
+      speakers: each word's speaker (same order as ``words``), given rather than taken
+        from ``turns``, which then only bound utterances and give speaking times; speaker
+        ``k`` is then ``speaker_id(k)`` whatever the order of first words.
 
     Returns:
       The result fields of a completed transcript.
     """
     opts = opts or AssembleOptions()
-    kept = sorted((w for w in words if w.text.strip()),
-                  key=lambda w: (w.start, max(w.start, w.end)))
+    pairs = sorted(((w, k) for w, k in zip(words, speakers if speakers is not None
+                                             else [0] * len(words)) if w.text.strip()),
+                   key=lambda p: (p[0].start, max(p[0].start, p[0].end)))
+    kept = [w for w, _ in pairs]
     items = [(w.text.strip(), w.start, max(w.start, w.end)) for w in kept]
     if not items:
         return TranscriptResult()
-    index = _Turns(turns)
-    raw = [index.speaker_of(s, e) if turns else 0 for _, s, e in items]
-
     order: dict[int, int] = {}
-    for spk in raw:
-        order.setdefault(spk, len(order))
+    if speakers is not None:
+        raw = [k for _, k in pairs]
+        order = {k: k for k in sorted(set(raw))}
+    else:
+        index = _Turns(turns)
+        raw = [index.speaker_of(s, e) if turns else 0 for _, s, e in items]
+        for spk in raw:
+            order.setdefault(spk, len(order))
     labels = [order[spk] for spk in raw]
     spans: dict[int, list[tuple[float, float]]] = {k: [] for k in order.values()}
     for t in turns:
@@ -165,10 +178,21 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
     if turns:
         speaking = {k: sum(e - s for s, e in v) for k, v in spans.items()}
     else:
-        speaking = {0: sum(u.end - u.start for u in utterances)}
-    speakers = [Speaker(id=speaker_id(k), speaking_time=_ms(speaking[k]))
-                for k in range(len(order))]
-    return TranscriptResult(text=" ".join(w.text for w in out_words), speakers=speakers,
+        speaking = {k: sum(u.end - u.start for u in utterances if u.speaker == speaker_id(k))
+                    for k in order.values()}
+    listed = [Speaker(id=speaker_id(k), speaking_time=_ms(speaking[k]))
+              for k in sorted(order.values())]
+    return TranscriptResult(text=" ".join(w.text for w in out_words), speakers=listed,
                             utterances=utterances, words=out_words,
                             word_confidence=[round(min(1.0, max(0.0, w.probability)), 4)
                                              for w in kept])
+
+
+def assemble_channels(words: Sequence[TimedWord], speech: dict[int, list[Region]],
+                      opts: AssembleOptions | None = None) -> TranscriptResult:
+    """A multichannel job's transcript, without diarization: a word's speaker is its channel
+    (``speaker_<n>`` for channel ``n``) and each channel's speech regions (``speech``, by
+    channel) are its turns. Words come from every channel, in order of time."""
+    turns = [SpeakerTurn(n - 1, r.start, r.end) for n, regions in speech.items()
+             for r in regions]
+    return assemble(words, turns, opts, speakers=[(w.channel or 1) - 1 for w in words])

@@ -18,6 +18,7 @@ from schemas.rows import TranscriptRow, UsageEventRow
 from stores.objects import ObjectMissing
 from topologies.topics import ACCOUNT_EVENTS
 
+from ..accounts import billed_seconds
 from .common import cleanup
 from .ports import Ports
 
@@ -56,22 +57,25 @@ def without_result(outcome: JobOutcome) -> JobOutcome:
 
 
 def usage_event(row: TranscriptRow, outcome: JobOutcome, now: datetime) -> UsageEventRow:
-    """One per job (``<id>:finished``): a replay writes the same event id."""
+    """One per job (``<id>:finished``): a replay writes the same event id. Its seconds are
+    what the ledger counts (``billed_seconds``: a multichannel job's once per channel)."""
     completed = outcome.status == "completed"
     return UsageEventRow(
         event_id=f"{row.id}:finished", account_id=row.account_id, key_id=row.key_id,
         model=ASYNC_MODEL, kind="completed" if completed else "failed", at=now,
-        audio_seconds=(outcome.duration or 0.0) if completed else 0.0, transcript_id=row.id)
+        audio_seconds=billed_seconds(outcome.duration or 0.0, outcome.channels)
+        if completed else 0.0, transcript_id=row.id)
 
 
 def finished(row: TranscriptRow, outcome: JobOutcome) -> Finished:
     return Finished(account_id=row.account_id, transcript_id=row.id, status=outcome.status,
                     duration=outcome.duration, error_code=outcome.error_code,
-                    error_message=outcome.error_message)
+                    error_message=outcome.error_message, channels=outcome.channels)
 
 
 def recorded(row: TranscriptRow) -> Finished:
-    """The outcome the transcript row already holds."""
+    """The outcome the transcript row already holds (a multichannel job's channels the
+    ledger took from its ``DurationKnown``)."""
     return Finished(account_id=row.account_id, transcript_id=row.id,
                     status=row.status,  # type: ignore[arg-type]
                     duration=row.audio_duration if row.status == "completed" else None,

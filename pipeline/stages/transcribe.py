@@ -1,18 +1,31 @@
-"""transcribe: word-timed recognition of each chunk of the decoded audio."""
+"""transcribe: word-timed recognition of each chunk of the decoded audio (a multichannel
+job's chunks each from its own channel's audio, its words marked with that channel)."""
 
 from __future__ import annotations
 
-from schemas.records import ChunkPlan, Transcribed
+import asyncio
+import contextlib
+import dataclasses
+
+from schemas.records import Chunk, ChunkPlan, Transcribed
 from stores.objects import ObjectMissing
 from topologies.objects import JobFiles
 from topologies.topics import TRANSCRIBED
 
 from ..engines import Engines
-from ..types import Region
+from ..types import Region, TimedWord
 from .common import inputs_missing, plan_step
 from .ports import Ports
 
-__all__ = ["run"]
+__all__ = ["by_channel", "run"]
+
+
+def by_channel(chunks: list[Chunk]) -> dict[int | None, list[Region]]:
+    """The chunks of each channel (None: the mixed-down audio), in plan order."""
+    out: dict[int | None, list[Region]] = {}
+    for c in chunks:
+        out.setdefault(c.channel, []).append(Region(c.start, c.end))
+    return out
 
 
 async def run(ports: Ports, plan: ChunkPlan) -> None:
@@ -23,13 +36,26 @@ async def run(ports: Ports, plan: ChunkPlan) -> None:
     if step == "drop":
         return
     if step == "run":
-        chunks = [Region(c.start, c.end) for c in plan.chunks]
+        # a job without speech still reads its audio (a lost copy fails the job); a
+        # multichannel job's silent channels have no chunks and nothing to read
+        chunks = by_channel(plan.chunks) or ({} if plan.channels else {None: []})
         try:
-            async with ports.objects.local_copy(files.audio) as pcm:
-                words = await ports.models.run(ports.models.transcribe, pcm, chunks)
+            words = await _recognise(ports, files, chunks)
         except ObjectMissing as exc:
             return await inputs_missing(ports, tid, "transcribe", exc)
         await ports.objects.put_bytes(files.words, Engines.dump_words(words))
     await ports.publish(TRANSCRIBED, tid, Transcribed(
         account_id=plan.account_id, transcript_id=tid, duration=plan.duration,
-        result_key=files.words))
+        result_key=files.words, channels=plan.channels))
+
+
+async def _recognise(ports: Ports, files: JobFiles,
+                     chunks: dict[int | None, list[Region]]) -> list[TimedWord]:
+    """All channels at once, so their chunks share the recogniser's batches."""
+    async with contextlib.AsyncExitStack() as stack:
+        pcms = {n: await stack.enter_async_context(ports.objects.local_copy(
+            files.channel_audio(n))) for n in chunks}
+        parts = await asyncio.gather(*(ports.models.run(ports.models.transcribe, pcms[n], regions)
+                                       for n, regions in chunks.items()))
+    return [w if n is None else dataclasses.replace(w, channel=n)
+            for n, part in zip(chunks, parts) for w in part]
