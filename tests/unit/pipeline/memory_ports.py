@@ -91,6 +91,7 @@ class FakeModels:
     def __init__(self, duration: float = 2.5) -> None:
         self.calls: Counter[str] = Counter()
         self.duration = duration
+        self.audio_channels = 2
         self.result = TranscriptResult(text="hello world")
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
@@ -100,6 +101,16 @@ class FakeModels:
     def decode(self, src: Path, dst: IO[bytes], max_duration_s: float) -> float:
         self.calls["decode"] += 1
         dst.write(Path(src).read_bytes())
+        return self.duration
+
+    def channels(self, src: Path) -> int:
+        return self.audio_channels
+
+    def decode_channels(self, src: Path, dsts: list[IO[bytes]], max_duration_s: float) -> float:
+        """Channel n's audio is the source's bytes followed by n."""
+        self.calls["decode_channels"] += 1
+        for n, dst in enumerate(dsts, 1):
+            dst.write(Path(src).read_bytes() + bytes([n]))
         return self.duration
 
     def speech(self, pcm: Path) -> tuple[list[Region], list[Region]]:
@@ -113,6 +124,11 @@ class FakeModels:
     def diarize(self, pcm: Path, speech: Any, words: Any, speakers: int | None) -> Any:
         self.calls["diarize"] += 1
         return self.result
+
+    def channel_result(self, speech: Any, words: Any, channels: int) -> Any:
+        self.calls["channel_result"] += 1
+        self.channel_inputs = (speech, words)
+        return self.result.model_copy(update={"audio_channels": channels})
 
 
 @dataclass
@@ -160,11 +176,12 @@ class Harness:
 
     async def job(self, tid: str = "tr_1", *, status: str = "processing",
                   file_id: str | None = None, webhook_url: str | None = None,
-                  speakers: int | None = None) -> TranscriptRow:
+                  speakers: int | None = None, multichannel: bool = False) -> TranscriptRow:
         """A transcript row and its spec, as the gateway records them."""
         spec = JobSpec(transcript_id=tid, account_id="acct", key_id="key", created_at=T0,
                        audio_url=None if file_id else "https://audio.example/a.wav",
-                       file_id=file_id, webhook_url=webhook_url, speakers_expected=speakers)
+                       file_id=file_id, webhook_url=webhook_url, speakers_expected=speakers,
+                       multichannel=multichannel)
         await self.objects.put_bytes(JobFiles(tid).spec, spec.model_dump_json().encode())
         row = TranscriptRow(id=tid, account_id="acct", key_id="key", created_at=T0,
                             status=status, file_id=file_id, webhook_url=webhook_url,
