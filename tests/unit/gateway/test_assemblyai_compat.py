@@ -124,6 +124,34 @@ def test_without_speaker_labels_there_are_no_speakers() -> None:
     assert parsed.utterances is None and {w.speaker for w in parsed.words} == {None}
 
 
+def test_multichannel_is_taken_and_answered_by_channel() -> None:
+    config = aai.TranscriptionConfig(multichannel=True)
+    sent = aai.types.TranscriptRequest(audio_url=upload_url(BASE, "file_abc"),
+                                       **config.raw.dict(exclude_none=True))
+    body = create_body(AaiCreateTranscript.model_validate(
+        sent.dict(exclude_none=True, by_alias=True)), HOSTS)
+    assert body["metadata"][OPTIONS_KEY]["multichannel"] is True
+    assert "multichannel" not in create_body(_req(multichannel=False), HOSTS)["metadata"][
+        OPTIONS_KEY]
+    with pytest.raises(InvalidRequest, match="speaker_labels with multichannel") as exc:
+        create_body(_req(multichannel=True, speaker_labels=True), HOSTS)
+    assert exc.value.param == "speaker_labels"
+
+    t = _transcript(labels=None).model_copy(
+        update={"metadata": {OPTIONS_KEY: {"multichannel": True}}})
+    result = TranscriptResult(text=t.text or "", words=t.words or [],
+                              utterances=t.utterances or [], audio_channels=3)
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(t, BASE, result).model_dump_json()))
+    assert parsed.multichannel is True and parsed.audio_channels == 3
+    assert [(w.speaker, w.channel) for w in parsed.words] == [("1", "1"), ("2", "2")]
+    assert [(u.speaker, u.channel) for u in parsed.utterances] == [("1", "1"), ("2", "2")]
+    assert [w.channel for u in parsed.utterances for w in u.words] == ["1", "2"]
+    assert "audio_channels" not in result.public()
+    plain = aai_transcript(_transcript(), BASE, result)  # not multichannel: no channels
+    assert plain.audio_channels is None and {w.channel for w in plain.words or []} == {None}
+
+
 def test_error_transcript_carries_the_message_only() -> None:
     parsed = aai.types.TranscriptResponse.parse_obj(
         json.loads(aai_transcript(_transcript(status="error"), BASE).model_dump_json()))
