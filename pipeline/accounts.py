@@ -18,7 +18,8 @@ from schemas.records import (AccountEvent, AccountLimits, Admission, Canceled, D
                              DurationKnown, Finished, LimitsChanged, SessionClosed,
                              SessionLost, SessionOpened, Settled, Submitted)
 
-__all__ = ["AccountState", "Running", "billed_seconds", "LiveReservation", "RecentPage", "Effects", "StateChange",
+__all__ = ["AccountState", "Running", "billed_seconds", "LiveReservation", "RecentPage",
+           "Effects", "StateChange",
            "apply", "lost_holds", "RECENT_MAX", "RECENT_PAGE", "LIVE_HOLD_GRACE"]
 
 RECENT_MAX = 4096

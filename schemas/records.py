@@ -15,7 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .api import Speaker, Timestamp, Utterance, Word
 
 __all__ = [
-    "Record", "AccountLimits", "JobSpec", "Channels", "Submitted", "Canceled", "DurationKnown", "Finished",
+    "Record", "AccountLimits", "JobSpec", "Channels", "Submitted", "Canceled", "DurationKnown",
+    "Finished",
     "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
     "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",

@@ -23,7 +23,8 @@ from ops.stack import EVAL, Stack
 
 pytestmark = pytest.mark.stack
 
-FIRST = EVAL / "real" / "pocketsphinx" / "librivox" / "sense_and_sensibility_01_austen_64kb-0870.wav"
+FIRST = (EVAL / "real" / "pocketsphinx" / "librivox"
+         / "sense_and_sensibility_01_austen_64kb-0870.wav")
 FIRST_TEXT = ("and mister john dashwood had then leisure to consider how much there might be "
               "prudently in his power to do for them")  # 7.1 s, a man reading
 SECOND = EVAL / "real" / "asterisk_16k" / "agent-incorrect.wav"
