@@ -10,6 +10,11 @@ and usage ledger), and an upload is stored like ``POST /v1/files``.
   ``audio_url`` is fetched like ``/v1``'s.
 * ``POST /v2/transcript``, ``GET /v2/transcript`` (list), ``GET``/``DELETE
   /v2/transcript/{id}``, ``GET /v2/transcript/{id}/srt|vtt?chars_per_caption=N``.
+* ``GET /v2/transcript/{id}/redacted-audio`` -> ``{"status": "redacted_audio_ready",
+  "redacted_audio_url"}`` for a job created with ``redact_pii_audio``; the URL,
+  ``/v2/transcript/{id}/redacted-audio.mp3|wav``, downloads the file with the key or,
+  signed, without it for 24 hours (as AssemblyAI's presigned URL, which its SDK fetches
+  bare).
 
 Differences from ``/v1`` a client sees: the key is sent bare in ``Authorization`` (as the SDK
 does; ``Bearer`` is accepted too); successes are ``200``; times are milliseconds and
@@ -20,43 +25,52 @@ cannot honour are refused with a message that says so (``schemas.assemblyai.REFU
 ``docs/compat.md`` lists every field.
 
 The options that shape the answer (``speaker_labels``, ``speakers_expected``, ``punctuate``,
-``format_text``, ``multichannel``, ``webhook_auth_header_name``) are kept in the transcript's
-metadata under ``assemblyai``, so they live and are deleted with the transcript.
+``format_text``, ``multichannel``, ``webhook_auth_header_name``, the ``redact_pii`` ones) are
+kept in the transcript's metadata under ``assemblyai``, so they live and are deleted with the
+transcript.
 
 ``multichannel`` transcribes each channel on its own (``JobSpec.multichannel``): the result's
 ``speaker_<n>`` is channel ``n``, answered as AssemblyAI does, ``channel`` and ``speaker``
 ``"n"`` on each word and utterance, with ``audio_channels``.
+
+PII redaction itself happens in the pipeline (``pipeline.redaction``), before the words are
+first stored.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, get_args
 from urllib.parse import urlencode, urlsplit
 
 from schemas.api import (CreateTranscript, DeletedTranscript, Transcript, TranscriptSummary, Word,
                          normalise_language)
-from schemas.assemblyai import (REFUSED, AaiCreateTranscript, AaiError, AaiPageDetails,
+from schemas.assemblyai import (PII_POLICIES_REFUSED, REFUSED, AaiCreateTranscript, AaiError,
+                                AaiPageDetails, AaiRedactedAudio, AaiRedactedAudioPending,
                                 AaiTranscript, AaiTranscriptItem, AaiTranscriptList, AaiUpload,
                                 AaiUtterance, AaiWord, is_off)
-from schemas.errors import A5sError, FileTooLarge, InvalidRequest, NotFound
-from schemas.records import TranscriptResult
+from schemas.errors import A5sError, FileTooLarge, InvalidRequest, NotFound, UploadUrlInvalid
+from schemas.records import PiiPolicy, PiiRedaction, TranscriptResult
+from security.signing import sign_url, url_signature_matches
 from security.tokens import bearer_token
 from stores.context import Context
+from stores.objects import ObjectMissing
+from topologies.objects import JobFiles
 
 from .base import (BaseHandler, BodyTooLargeHandler, NotFoundHandler, Principal, WrongMethodHandler,
                    parse_body, principal_for)
-from .files import FilesHandler
+from .files import FilesHandler, upload_signing_key
 from .jobs import JobService
 from .subtitles import render_srt, render_vtt
 from .subtitles_handler import SUBTITLE_TYPES, completed_result, parse_subtitle_query
 from .transcripts import parse_list_query
 
-__all__ = ["aai_routes", "create_body", "aai_transcript", "aai_list", "speaker_letter",
-           "speaker_channel",
-           "upload_url", "upload_file_id", "unlabelled", "OPTIONS_KEY", "WORD_CONFIDENCE"]
+__all__ = ["aai_routes", "create_body", "pii_redaction", "aai_transcript", "aai_list",
+           "speaker_letter", "speaker_channel", "upload_url", "upload_file_id", "unlabelled",
+           "redacted_audio_path", "OPTIONS_KEY", "WORD_CONFIDENCE", "REDACTED_AUDIO_URL_TTL_S"]
 
 OPTIONS_KEY = "assemblyai"
 """The metadata key under which a ``/v2`` transcript keeps the options that shape its answer."""
@@ -70,6 +84,11 @@ _SPEAKER = re.compile(r"speaker_(\d+)")
 _LANGUAGES = {"en_uk": "en-gb"}
 """AssemblyAI language codes a5s spells differently; the rest go to ``normalise_language``."""
 _PLAIN = ("punctuate", "format_text")
+_REDACT = ("redact_pii_policies", "redact_pii_sub", "redact_pii_audio",
+           "redact_pii_audio_quality", "redact_pii_audio_options")
+_AUDIO_TYPES = {"mp3": "audio/mpeg", "wav": "audio/wav"}
+REDACTED_AUDIO_URL_TTL_S = 24 * 3600
+"""How long a signed redacted-audio URL works (AssemblyAI's presigned URL lasts as long)."""
 
 
 # --- pure mappings ------------------------------------------------------------------------------
@@ -101,6 +120,51 @@ def upload_file_id(url: str, hosts: set[str]) -> str | None:
     return m.group(1) if m and parts.netloc in hosts and not parts.query else None
 
 
+def pii_redaction(req: AaiCreateTranscript) -> PiiRedaction | None:
+    """What ``redact_pii`` and its options ask for; refuses what a5s cannot redact."""
+    if not req.redact_pii:
+        for name in _REDACT:
+            if not is_off(getattr(req, name)):
+                raise InvalidRequest(f"{name} needs redact_pii set to true.", param=name)
+        return None
+    policies = req.redact_pii_policies or []
+    if not policies:
+        raise InvalidRequest("redact_pii_policies must list at least one policy when "
+                             "redact_pii is true.", param="redact_pii_policies")
+    for name in policies:
+        if name in PII_POLICIES_REFUSED:
+            raise InvalidRequest(f"PII policy {name} is not supported: "
+                                 f"{PII_POLICIES_REFUSED[name]}.", param="redact_pii_policies")
+        if name not in get_args(PiiPolicy):
+            raise InvalidRequest(f"Unknown PII policy {name!r}: it is not an AssemblyAI "
+                                 "redaction policy.", param="redact_pii_policies")
+    sub = req.redact_pii_sub or "hash"
+    if sub not in ("hash", "entity_name"):
+        raise InvalidRequest(f"redact_pii_sub {sub!r} is not supported: use hash or "
+                             "entity_name.", param="redact_pii_sub")
+    quality = req.redact_pii_audio_quality or "mp3"
+    if quality not in _AUDIO_TYPES:
+        raise InvalidRequest(f"redact_pii_audio_quality {quality!r} is not supported: use mp3 "
+                             "or wav.", param="redact_pii_audio_quality")
+    if req.redact_pii_audio and req.multichannel:
+        raise InvalidRequest("redact_pii_audio with multichannel is not supported: a5s writes "
+                             "the redacted audio of a single-channel job only (the text of "
+                             "each channel is redacted).", param="redact_pii_audio")
+    options = dict(req.redact_pii_audio_options or {})
+    method = options.pop("override_audio_redaction_method", None) or "beep"
+    if options or method not in ("beep", "silence"):
+        raise InvalidRequest("redact_pii_audio_options takes only "
+                             "override_audio_redaction_method: silence.",
+                             param="redact_pii_audio_options")
+    return PiiRedaction(policies=list(dict.fromkeys(policies)), substitution=sub,
+                        audio=bool(req.redact_pii_audio), audio_method=method,
+                        audio_format=quality)
+
+
+def redacted_audio_path(transcript_id: str, fmt: str) -> str:
+    return f"/v2/transcript/{transcript_id}/redacted-audio.{fmt}"
+
+
 def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
     """The ``/v1`` create body for an AssemblyAI request; refuses what a5s cannot honour."""
     for name, value in (req.model_extra or {}).items():
@@ -121,6 +185,7 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
             raise InvalidRequest(f"{name} is not supported: a5s transcripts are verbatim "
                                  "lowercase words without punctuation or formatting; set "
                                  f"{name} to false or leave it out.", param=name)
+    redaction = pii_redaction(req)
     language = req.language_code or "en"
     try:
         language = normalise_language(_LANGUAGES.get(language.lower(), language))
@@ -135,7 +200,11 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
             "speakers_expected": req.speakers_expected, "punctuate": req.punctuate,
             "format_text": req.format_text,
             **({"multichannel": True} if req.multichannel else {}),
-            "webhook_auth_header_name": req.webhook_auth_header_name}},
+            "webhook_auth_header_name": req.webhook_auth_header_name,
+            **({"redact_pii": True, "redact_pii_policies": redaction.policies,
+                "redact_pii_sub": redaction.substitution,
+                "redact_pii_audio": redaction.audio,
+                "redact_pii_audio_quality": redaction.audio_format} if redaction else {})}},
     }
     file_id = upload_file_id(req.audio_url, hosts)
     if file_id is not None:
@@ -198,6 +267,11 @@ def aai_transcript(transcript: Transcript, base_url: str,
         webhook_auth=options.get("webhook_auth_header_name") is not None,
         webhook_auth_header_name=options.get("webhook_auth_header_name"),
         webhook_status_code=transcript.webhook_status_code,
+        redact_pii=bool(options.get("redact_pii")),
+        redact_pii_policies=options.get("redact_pii_policies"),
+        redact_pii_sub=options.get("redact_pii_sub"),
+        redact_pii_audio=options.get("redact_pii_audio"),
+        redact_pii_audio_quality=options.get("redact_pii_audio_quality"),
         audio_duration=(round(transcript.audio_duration)
                         if transcript.audio_duration is not None else None),
         error=transcript.error.message if transcript.error else None)
@@ -290,12 +364,12 @@ class _AaiBodyTooLarge(_AaiErrors, BodyTooLargeHandler):
 
 class AaiNotFoundHandler(_AaiErrors, NotFoundHandler):
     """The transcript sub-resources the SDK knows and a5s lacks (``sentences``,
-    ``paragraphs``, ``word-search``, ``redacted-audio``): 404 in AssemblyAI's shape. Other
-    unknown paths, ``/v2`` included, get the server's usual 404."""
+    ``paragraphs``, ``word-search``): 404 in AssemblyAI's shape. Other unknown paths,
+    ``/v2`` included, get the server's usual 404."""
 
     def answer(self) -> A5sError:
-        return NotFound(f"No route for {self.request.path}: a5s has no sentences, paragraphs, "
-                        "word search or redacted audio.")
+        return NotFound(f"No route for {self.request.path}: a5s has no sentences, paragraphs "
+                        "or word search.")
 
 
 class _AaiRoute(_AaiErrors):
@@ -338,7 +412,8 @@ class AaiTranscriptsHandler(_AaiJobs):
         transcript, _ = await self.jobs.create(who, raw, None, CreateTranscript,
                                                webhook_format="assemblyai",
                                                speakers_expected=req.speakers_expected,
-                                               multichannel=bool(req.multichannel))
+                                               multichannel=bool(req.multichannel),
+                                               redaction=pii_redaction(req))
         self.send(aai_transcript(transcript, self.base_url))
 
     async def get(self) -> None:
@@ -391,6 +466,64 @@ class AaiSubtitlesHandler(_AaiJobs):
         self.finish(text.encode())
 
 
+class AaiRedactedAudioHandler(_AaiJobs):
+    """``GET /v2/transcript/{id}/redacted-audio``: where to download the redacted audio."""
+
+    QUERY = {"GET": ()}
+
+    async def get(self, transcript_id: str) -> None:
+        who = await self.authenticate()
+        transcript = await self.jobs.get(who.account.id, transcript_id)
+        assert transcript is not None  # missing_ok is False: a missing transcript raises
+        options = transcript.metadata.get(OPTIONS_KEY) or {}
+        if not options.get("redact_pii_audio"):
+            raise InvalidRequest("This transcript has no redacted audio: it was created "
+                                 "without redact_pii and redact_pii_audio.")
+        if transcript.status in ("queued", "processing"):
+            return self.send(AaiRedactedAudioPending(status=transcript.status), 202)
+        if transcript.status == "error":
+            raise InvalidRequest("This transcript failed, so it has no redacted audio.")
+        path = redacted_audio_path(transcript_id, options.get("redact_pii_audio_quality", "mp3"))
+        expires = int(time.time()) + REDACTED_AUDIO_URL_TTL_S
+        signature = sign_url(upload_signing_key(self.ctx.settings), "GET", path, expires)
+        self.send(AaiRedactedAudio(redacted_audio_url=f"{self.base_url}{path}?"
+                                   f"{urlencode({'expires': expires, 'signature': signature})}"))
+
+
+class AaiRedactedAudioFileHandler(_AaiJobs):
+    """``GET /v2/transcript/{id}/redacted-audio.mp3|wav``: the file, to the key's holder or
+    to a URL signed by :class:`AaiRedactedAudioHandler`."""
+
+    QUERY = {"GET": ("expires", "signature")}
+
+    async def get(self, transcript_id: str, fmt: str) -> None:
+        expires = self.get_query_argument("expires", None)
+        signature = self.get_query_argument("signature", None)
+        if expires is None and signature is None:
+            who = await self.authenticate()
+            await self.jobs.get(who.account.id, transcript_id)  # raises for another account's
+        elif not url_signature_matches(upload_signing_key(self.ctx.settings), "GET",
+                                       self.request.path, expires or "", signature or ""):
+            raise UploadUrlInvalid("The redacted audio URL's signature does not match.",
+                                   param="signature")
+        elif int(expires or 0) < time.time():
+            raise UploadUrlInvalid("The redacted audio URL has expired; get a new one from "
+                                   f"/v2/transcript/{transcript_id}/redacted-audio.",
+                                   param="expires")
+        try:
+            async with self.ctx.objects.local_copy(JobFiles(transcript_id).redacted_audio) as f:
+                self.set_header("Content-Type", _AUDIO_TYPES[fmt])
+                self.set_header("Content-Disposition",
+                                f'attachment; filename="{transcript_id}.{fmt}"')
+                with f.open("rb") as fh:
+                    while chunk := fh.read(1 << 16):
+                        self.write(chunk)
+                        await self.flush()
+        except ObjectMissing as exc:
+            raise NotFound(f"Transcript {transcript_id!r} has no redacted audio.") from exc
+        self.finish()
+
+
 def aai_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
     """The ``/v2`` routes; served beside ``/v1`` but not part of its OpenAPI document."""
     jobs = {"ctx": ctx, "jobs": JobService(ctx)}
@@ -399,5 +532,7 @@ def aai_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
         (r"/v2/transcript", AaiTranscriptsHandler, jobs),
         (r"/v2/transcript/([^/]+)", AaiTranscriptHandler, jobs),
         (r"/v2/transcript/([^/]+)/(srt|vtt)", AaiSubtitlesHandler, jobs),
+        (r"/v2/transcript/([^/]+)/redacted-audio", AaiRedactedAudioHandler, jobs),
+        (r"/v2/transcript/([^/]+)/redacted-audio\.(mp3|wav)", AaiRedactedAudioFileHandler, jobs),
         (r"/v2/transcript/[^/]+/.+", AaiNotFoundHandler, {"ctx": ctx}),
     ]

@@ -21,7 +21,7 @@ from schemas.api import (ASYNC_MODEL, CreateTranscript, DeletedTranscript, JobEr
 from schemas.errors import (A5sError, FileNotFound, IdempotencyConflict, InvalidRequest,
                             ModelAccessDenied, NotFound, QueueFull, RateLimited,
                             UsageLimitReached)
-from schemas.records import Canceled, JobSpec, Submitted, TranscriptResult
+from schemas.records import Canceled, JobSpec, PiiRedaction, Submitted, TranscriptResult
 from schemas.rows import TranscriptRow, UsageEventRow
 from stores.context import Context
 from stores.transcripts import Transcripts
@@ -49,12 +49,13 @@ class JobService:
                      parse: type[CreateTranscript],
                      webhook_format: Literal["a5s", "assemblyai"] = "a5s",
                      speakers_expected: int | None = None,
-                     multichannel: bool = False) -> tuple[Transcript, bool]:
+                     multichannel: bool = False,
+                     redaction: PiiRedaction | None = None) -> tuple[Transcript, bool]:
         """Returns the transcript and whether it was created now (201) or replayed (200).
 
         ``webhook_format`` is the body its webhook will have (``assemblyai`` for ``/v2``);
         ``speakers_expected`` is a speaker count for diarization, ``multichannel`` transcribes
-        each channel on its own (``/v2`` only)."""
+        each channel on its own and ``redaction`` is the PII to redact (``/v2`` only)."""
         account = who.account
         wait = await self.ctx.redis.take_rate(f"create:{account.id}",
                                               account.max_requests_per_minute)
@@ -69,7 +70,7 @@ class JobService:
                 return replay, False
         try:
             transcript = await self._admit(who, body, webhook_format, speakers_expected,
-                                           multichannel)
+                                           multichannel, redaction)
         except BaseException:
             if idempotency_key is not None:
                 await self.ctx.redis.delete(*IDEMPOTENCY.key(account.id,
@@ -108,7 +109,8 @@ class JobService:
 
     async def _admit(self, who: Principal, body: CreateTranscript,
                      webhook_format: Literal["a5s", "assemblyai"],
-                     speakers_expected: int | None, multichannel: bool = False) -> Transcript:
+                     speakers_expected: int | None, multichannel: bool = False,
+                     redaction: PiiRedaction | None = None) -> Transcript:
         account, ctx = who.account, self.ctx
         if not account.async_enabled:
             raise ModelAccessDenied(f"This account has no access to {ASYNC_MODEL}.",
@@ -129,7 +131,8 @@ class JobService:
                        language_code=body.language_code, webhook_url=body.webhook_url,
                        webhook_auth_header_name=body.webhook_auth_header_name,
                        metadata=body.metadata, webhook_format=webhook_format,
-                       speakers_expected=speakers_expected, multichannel=multichannel)
+                       speakers_expected=speakers_expected, multichannel=multichannel,
+                       redaction=redaction)
         row = TranscriptRow(id=tid, account_id=account.id, key_id=who.key.key_id,
                             created_at=now, status="queued", audio_url=body.audio_url,
                             file_id=body.file_id, language_code=body.language_code,

@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 
 __all__ = ["AaiCreateTranscript", "AaiWord", "AaiUtterance", "AaiTranscript", "AaiTranscriptItem",
            "AaiPageDetails", "AaiTranscriptList", "AaiUpload", "AaiError", "AaiWebhook",
-           "REFUSED", "SPEECH_MODEL_USED", "is_off"]
+           "AaiRedactedAudio", "AaiRedactedAudioPending", "REFUSED", "PII_POLICIES_REFUSED",
+           "SPEECH_MODEL_USED", "is_off"]
 
 SPEECH_MODEL_USED = "a5s-async-v1"
 
@@ -51,14 +52,9 @@ REFUSED: dict[str, str] = {
     "language_confidence": "a5s transcribes English only; there is nothing to detect",
     "language_detection_results": "a response field, not an option",
     "language_codes": "a5s transcribes English only; give language_code en or leave it unset",
+    "redact_pii_return_unredacted": "a5s never stores the words as spoken once they are "
+                                    "redacted, so it cannot return them",
     # audio intelligence
-    "redact_pii": _NO_EXTRAS + " (PII redaction)",
-    "redact_pii_audio": _NO_EXTRAS + " (PII redaction)",
-    "redact_pii_audio_quality": _NO_EXTRAS + " (PII redaction)",
-    "redact_pii_audio_options": _NO_EXTRAS + " (PII redaction)",
-    "redact_pii_policies": _NO_EXTRAS + " (PII redaction)",
-    "redact_pii_sub": _NO_EXTRAS + " (PII redaction)",
-    "redact_pii_return_unredacted": _NO_EXTRAS + " (PII redaction)",
     "content_safety": _NO_EXTRAS + " (content safety)",
     "content_safety_confidence": _NO_EXTRAS + " (content safety)",
     "iab_categories": _NO_EXTRAS + " (topic detection)",
@@ -73,6 +69,29 @@ REFUSED: dict[str, str] = {
 }
 """AssemblyAI request fields a5s refuses when they ask for something (any value but an
 empty one: ``null``, ``false``, ``[]``, ``{}``), and why."""
+
+_NO_DETECTOR = ("a5s detects credit_card_number, phone_number, email_address, "
+                "us_social_security_number and number_sequence only")
+PII_POLICIES_REFUSED: dict[str, str] = {
+    "person_name": "a5s has no named-entity model to find names (none that installs offline "
+                   "from a package also works on lowercase transcripts without punctuation)",
+    **{name: _NO_DETECTOR for name in (
+        "account_number", "banking_information", "blood_type", "credit_card_cvv",
+        "credit_card_expiration", "date", "date_interval", "date_of_birth", "drivers_license",
+        "drug", "duration", "event", "filename", "gender", "gender_sexuality",
+        "healthcare_number", "injury", "ip_address", "language", "location",
+        "location_address", "location_address_street", "location_city",
+        "location_coordinate", "location_country", "location_state", "location_zip",
+        "marital_status", "medical_condition", "medical_process", "money_amount",
+        "nationality", "occupation", "organization", "organization_medical_facility",
+        "passport_number", "password", "person_age", "physical_attribute",
+        "political_affiliation", "religion", "sexuality", "statistics", "time", "url",
+        "username", "vehicle_id", "zodiac_sign", "corporate_action", "day", "effect",
+        "financial_metric", "medical_code", "month", "organization_id", "product", "project",
+        "trend", "year")},
+}
+"""AssemblyAI's PII policies a5s refuses, and why; the ones it redacts are
+``schemas.records.PiiPolicy``."""
 
 
 class _Model(BaseModel):
@@ -95,6 +114,12 @@ class AaiCreateTranscript(BaseModel):
     webhook_url: StrictStr | None = None
     webhook_auth_header_name: StrictStr | None = None
     webhook_auth_header_value: StrictStr | None = None
+    redact_pii: StrictBool | None = None
+    redact_pii_policies: list[StrictStr] | None = None
+    redact_pii_sub: StrictStr | None = None
+    redact_pii_audio: StrictBool | None = None
+    redact_pii_audio_quality: StrictStr | None = None
+    redact_pii_audio_options: dict[str, Any] | None = None
 
 
 class AaiWord(_Model):
@@ -130,6 +155,11 @@ class AaiTranscript(_Model):
     webhook_status_code: int | None = None
     speech_model: None = None
     speech_model_used: str = SPEECH_MODEL_USED
+    redact_pii: bool = False
+    redact_pii_policies: list[str] | None = None
+    redact_pii_sub: str | None = None
+    redact_pii_audio: bool | None = None
+    redact_pii_audio_quality: str | None = None
     text: str | None = None
     words: list[AaiWord] | None = None
     utterances: list[AaiUtterance] | None = None
@@ -169,6 +199,19 @@ class AaiError(_Model):
     """The error body: the SDK reads ``error`` and shows it after its own message."""
 
     error: str
+
+
+class AaiRedactedAudio(_Model):
+    """``GET /v2/transcript/{id}/redacted-audio`` once the transcript is completed."""
+
+    status: Literal["redacted_audio_ready"] = "redacted_audio_ready"
+    redacted_audio_url: str
+
+
+class AaiRedactedAudioPending(_Model):
+    """The same route, answered ``202`` while the job runs (the SDK polls again)."""
+
+    status: Literal["queued", "processing"]
 
 
 class AaiWebhook(_Model):

@@ -15,8 +15,8 @@ from pydantic import BaseModel, ConfigDict, Field
 from .api import Speaker, Timestamp, Utterance, Word
 
 __all__ = [
-    "Record", "AccountLimits", "JobSpec", "Channels", "Submitted", "Canceled", "DurationKnown",
-    "Finished",
+    "Record", "AccountLimits", "PiiPolicy", "PiiRedaction", "JobSpec", "Channels", "Submitted",
+    "Canceled", "DurationKnown", "Finished",
     "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
     "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
@@ -36,6 +36,23 @@ class AccountLimits(Record):
     max_concurrent_jobs: int = 5
     max_queued_jobs: int = 2000
     max_audio_duration_seconds: int = 36000
+
+
+PiiPolicy = Literal["credit_card_number", "phone_number", "email_address",
+                   "us_social_security_number", "number_sequence"]
+"""The kinds of PII a job can redact (AssemblyAI's policy names; ``pipeline.redaction``)."""
+
+
+class PiiRedaction(Record):
+    """What a job redacts before its words are stored (``/v2``'s ``redact_pii``)."""
+
+    policies: list[PiiPolicy] = Field(min_length=1)
+    substitution: Literal["hash", "entity_name"] = "hash"
+    """A redacted word becomes ``#`` for each character, or ``[POLICY_NAME]``."""
+    audio: bool = False
+    """Also write the audio with the redacted words beeped or silenced."""
+    audio_method: Literal["beep", "silence"] = "beep"
+    audio_format: Literal["mp3", "wav"] = "mp3"
 
 
 class JobSpec(Record):
@@ -58,6 +75,8 @@ class JobSpec(Record):
     multichannel: bool = False
     """Each channel transcribed on its own, the speaker being the channel (``/v2``'s
     ``multichannel``); false: the channels are mixed down to one and diarized."""
+    redaction: PiiRedaction | None = None
+    """PII to redact from the words (and audio) before anything stores them (``/v2``)."""
 
 
 Channels = Annotated[int | None, Field(ge=1)]

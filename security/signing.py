@@ -27,7 +27,8 @@ from pathlib import Path
 __all__ = [
     "SECRET_PREFIX", "SIGNATURE_VERSION", "DEFAULT_TOLERANCE_S", "WebhookVerificationError",
     "new_secret", "sign", "headers", "verify",
-    "UPLOAD_PATH", "upload_url_key", "sign_upload", "upload_signature_matches",
+    "UPLOAD_PATH", "upload_url_key", "sign_url", "url_signature_matches", "sign_upload",
+    "upload_signature_matches",
 ]
 
 SECRET_PREFIX = "whsec_"
@@ -135,14 +136,25 @@ def upload_url_key(path: Path) -> bytes:
     return bytes.fromhex(path.read_text().strip())
 
 
-def sign_upload(key: bytes, file_id: str, expires: int) -> str:
-    """The hex ``signature`` of an upload URL for ``file_id`` valid until ``expires``."""
-    message = f"PUT\n{UPLOAD_PATH}{file_id}\n{expires}".encode()
+def sign_url(key: bytes, method: str, path: str, expires: int) -> str:
+    """The hex ``signature`` of a gateway URL: ``method`` on ``path`` until ``expires``."""
+    message = f"{method}\n{path}\n{expires}".encode()
     return hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
-def upload_signature_matches(key: bytes, file_id: str, expires: str, signature: str) -> bool:
-    """Whether the query's ``expires`` and ``signature`` were signed for ``file_id`` (compared
-    in constant time; expiry is the caller's to check)."""
+def url_signature_matches(key: bytes, method: str, path: str, expires: str,
+                          signature: str) -> bool:
+    """Whether the query's ``expires`` and ``signature`` were signed for ``method`` on
+    ``path`` (compared in constant time; expiry is the caller's to check)."""
     return expires.isascii() and expires.isdigit() and hmac.compare_digest(
-        signature.encode(), sign_upload(key, file_id, int(expires)).encode())
+        signature.encode(), sign_url(key, method, path, int(expires)).encode())
+
+
+def sign_upload(key: bytes, file_id: str, expires: int) -> str:
+    """The hex ``signature`` of an upload URL for ``file_id`` valid until ``expires``."""
+    return sign_url(key, "PUT", f"{UPLOAD_PATH}{file_id}", expires)
+
+
+def upload_signature_matches(key: bytes, file_id: str, expires: str, signature: str) -> bool:
+    """Whether the query's ``expires`` and ``signature`` were signed for ``file_id``."""
+    return url_signature_matches(key, "PUT", f"{UPLOAD_PATH}{file_id}", expires, signature)

@@ -13,7 +13,8 @@
 * Redis records of presigned uploads never sent, once as old;
 * processing copies (``jobs/<id>/...``) the job no longer needs: everything of a
   deleted transcript, of a finished one except the spec kept for a pending webhook
-  (and that too once the webhook schedule is long over), and of ids no transcript has.
+  (and that too once the webhook schedule is long over) and the redacted audio (kept
+  as long as its transcript), and of ids no transcript has.
 
 Every step is idempotent and judged from stored state, so several workers may sweep at
 once, a sweep may stop halfway, and ``now`` may be given (the console's maintenance
@@ -198,4 +199,5 @@ def _unneeded(row: TranscriptRow | None, items: list[ObjectInfo], now: datetime,
     finished = row.completed_at or now
     webhook_pending = bool(row.webhook_url) and finished + webhook_for > now
     return [i for i in items if older_than(i, SETTLE_GRACE)
-            and not (webhook_pending and i.key.endswith("/spec.json"))]
+            and not (webhook_pending and i.key.endswith("/spec.json"))
+            and not (row.status == "completed" and JobFiles(row.id).is_kept(i.key))]

@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 __all__ = ["ObjectKey", "JobFiles", "upload_key", "file_id_of", "transcript_id_of",
-           "JOBS_PREFIX", "UPLOADS_PREFIX", "OBJECT_KEYS", "UPLOAD", "SPEC", "AUDIO", "DURATION",
-           "SPEECH", "CHUNKS", "WORDS", "RESULT", "CHANNEL_AUDIO", "CHANNEL_SPEECH", "CHANNELS"]
+           "JOBS_PREFIX", "UPLOADS_PREFIX", "OBJECT_KEYS", "PROCESSING_KEYS", "UPLOAD", "SPEC",
+           "AUDIO", "DURATION", "SPEECH", "CHUNKS", "WORDS", "RESULT", "CHANNEL_AUDIO",
+           "CHANNEL_SPEECH", "CHANNELS", "REDACTED_AUDIO"]
 
 JOBS_PREFIX = "jobs/"
 UPLOADS_PREFIX = "uploads/"
@@ -43,9 +44,14 @@ CHANNEL_AUDIO = ObjectKey("jobs/<id>/audio-<n>.pcm", "a multichannel job's chann
 CHANNEL_SPEECH = ObjectKey("jobs/<id>/speech-<n>.json", "VAD speech regions of a multichannel "
                            "job's channel n (bound its utterances and speaking time)")
 CHANNELS = ObjectKey("jobs/<id>/channels.json", "how many channels a multichannel job decoded")
+REDACTED_AUDIO = ObjectKey("jobs/<id>/redacted-audio", "the audio with its PII beeped or "
+                           "silenced (redact_pii_audio), 16 kHz mono MP3 or WAV; kept as long "
+                           "as the transcript")
 
 OBJECT_KEYS: tuple[ObjectKey, ...] = (UPLOAD, SPEC, AUDIO, DURATION, SPEECH, CHUNKS, WORDS, RESULT,
-                                      CHANNEL_AUDIO, CHANNEL_SPEECH, CHANNELS)
+                                      CHANNEL_AUDIO, CHANNEL_SPEECH, CHANNELS, REDACTED_AUDIO)
+PROCESSING_KEYS: tuple[ObjectKey, ...] = tuple(k for k in OBJECT_KEYS if k != REDACTED_AUDIO)
+"""What a job's end deletes: everything but what the transcript keeps."""
 
 
 @dataclass(frozen=True)
@@ -99,6 +105,14 @@ class JobFiles:
 
     def channel_speech(self, n: int) -> str:
         return self._key(CHANNEL_SPEECH).replace("<n>", str(n))
+
+    @property
+    def redacted_audio(self) -> str:
+        return self._key(REDACTED_AUDIO)
+
+    def is_kept(self, key: str) -> bool:
+        """An object the finished transcript keeps (deleted with it, not at the job's end)."""
+        return key == self.redacted_audio
 
     def is_spec(self, key: str) -> bool:
         return key == self.spec

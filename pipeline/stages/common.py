@@ -66,11 +66,14 @@ async def fail(publish: Publish, account_id: str, transcript_id: str, code: JobE
         error_code=str(code), error_message=message))
 
 
-async def cleanup(ports: Ports, tid: str, file_id: str | None, keep_spec: bool = False) -> None:
-    """Audio copies never outlive their job; the spec stays only for a pending webhook."""
+async def cleanup(ports: Ports, tid: str, file_id: str | None, keep_spec: bool = False,
+                  keep_redacted: bool = False) -> None:
+    """Audio copies never outlive their job; the spec stays only for a pending webhook, and
+    a completed transcript's redacted audio as long as the transcript."""
     files = JobFiles(tid)
     for item in await ports.objects.list(files.prefix):
-        if not (keep_spec and files.is_spec(item.key)):
+        if not (keep_spec and files.is_spec(item.key)) and not (
+                keep_redacted and files.is_kept(item.key)):
             await ports.objects.delete(item.key)
     if file_id:
         await ports.objects.delete(upload_key(file_id))

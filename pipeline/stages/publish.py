@@ -92,7 +92,8 @@ async def run(ports: Ports, settled: Settled) -> None:
                       and await ports.objects.exists(JobFiles(tid).spec))
     if due is not None:
         await ports.publish(WEBHOOKS, tid, due)
-    await cleanup(ports, tid, row.file_id, keep_spec=due is not None)
+    await cleanup(ports, tid, row.file_id, keep_spec=due is not None,
+                  keep_redacted=row.status == "completed")
 
 
 async def _result(ports: Ports, row: TranscriptRow) -> TranscriptResult | None:

@@ -1,5 +1,11 @@
 """transcribe: word-timed recognition of each chunk of the decoded audio (a multichannel
-job's chunks each from its own channel's audio, its words marked with that channel)."""
+job's chunks each from its own channel's audio, its words marked with that channel).
+
+A job that asks for PII redaction has its words redacted here, before they are first
+stored: nothing downstream (the result, ClickHouse, the topics, webhooks) ever holds
+the words as spoken. The redacted audio, when asked for, is written before the words,
+so a replay that finds the words stored finds it too.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +13,13 @@ import asyncio
 import contextlib
 import dataclasses
 
-from schemas.records import Chunk, ChunkPlan, Transcribed
+from schemas.records import Chunk, ChunkPlan, JobSpec, PiiRedaction, Transcribed
 from stores.objects import ObjectMissing
 from topologies.objects import JobFiles
 from topologies.topics import TRANSCRIBED
 
 from ..engines import Engines
+from ..redaction import audio_regions, find_pii, redact_words, write_redacted_audio
 from ..types import Region, TimedWord
 from .common import inputs_missing, plan_step
 from .ports import Ports
@@ -40,7 +47,10 @@ async def run(ports: Ports, plan: ChunkPlan) -> None:
         # multichannel job's silent channels have no chunks and nothing to read
         chunks = by_channel(plan.chunks) or ({} if plan.channels else {None: []})
         try:
+            spec = JobSpec.model_validate_json(await ports.objects.get_bytes(files.spec))
             words = await _recognise(ports, files, chunks)
+            if spec.redaction is not None:
+                words = await _redact(ports, files, words, spec.redaction)
         except ObjectMissing as exc:
             return await inputs_missing(ports, tid, "transcribe", exc)
         await ports.objects.put_bytes(files.words, Engines.dump_words(words))
@@ -59,3 +69,16 @@ async def _recognise(ports: Ports, files: JobFiles,
                                        for n, regions in chunks.items()))
     return [w if n is None else dataclasses.replace(w, channel=n)
             for n, part in zip(chunks, parts) for w in part]
+
+
+async def _redact(ports: Ports, files: JobFiles, words: list[TimedWord],
+                  redaction: PiiRedaction) -> list[TimedWord]:
+    """The words with their PII substituted; the redacted audio (of a job mixed down to one
+    audio: the gateway refuses it for a multichannel one) written first if asked."""
+    spans = find_pii(words, redaction.policies)
+    if redaction.audio:
+        async with ports.objects.local_copy(files.audio) as pcm, \
+                ports.objects.writer(files.redacted_audio) as out:
+            await ports.models.run(write_redacted_audio, pcm, audio_regions(words, spans), out,
+                                   redaction.audio_method, redaction.audio_format)
+    return redact_words(words, spans, redaction.substitution)
