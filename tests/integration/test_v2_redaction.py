@@ -17,16 +17,12 @@ the service's log.
 from __future__ import annotations
 
 import asyncio
-import http.server
 import io
 import json
 import re
-import threading
 import time
 import wave
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import assemblyai as aai
 import httpx
@@ -34,9 +30,11 @@ import numpy as np
 import pytest
 from aiokafka import AIOKafkaConsumer, TopicPartition
 
-from ops.stack import REPO, Stack, free_port
+from ops.stack import REPO, Stack
 from pipeline.redaction import AUDIO_PAD_S
 from topologies.topics import TOPICS
+
+from .test_webhooks import Receiver, receiver  # noqa: F401 - the fixture, by import
 
 pytestmark = pytest.mark.stack
 
@@ -47,27 +45,6 @@ ALL_POLICIES = [aai.PIIRedactionPolicy.credit_card_number, aai.PIIRedactionPolic
                 aai.PIIRedactionPolicy.email_address,
                 aai.PIIRedactionPolicy.us_social_security_number,
                 aai.PIIRedactionPolicy.number_sequence]
-
-
-class _Hooks(http.server.BaseHTTPRequestHandler):
-    bodies: list[bytes] = []
-
-    def do_POST(self) -> None:  # noqa: N802 - http.server's spelling
-        self.bodies.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
-@pytest.fixture(scope="module")
-def hooks() -> Iterator[str]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", free_port()), _Hooks)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}/hook"
-    server.shutdown()
 
 
 @pytest.fixture(scope="module")
@@ -142,9 +119,9 @@ async def _partitions(consumer: AIOKafkaConsumer, topic: str) -> set[int]:
 
 
 def test_card_phone_and_email_are_redacted_in_text_audio_and_every_store(
-        stack: Stack, account: tuple[str, str], hooks: str, tmp_path: Path) -> None:
-    account_id, key = account
-    config = aai.TranscriptionConfig(webhook_url=hooks).set_redact_pii(
+        stack: Stack, account: tuple[str, str], receiver: Receiver, tmp_path: Path) -> None:
+    _, key = account
+    config = aai.TranscriptionConfig(webhook_url=receiver.url("/pii")).set_redact_pii(
         policies=ALL_POLICIES, substitution=aai.PIISubstitutionPolicy.entity_name,
         redact_audio=True, redact_audio_quality=aai.types.PIIRedactedAudioQuality.wav,
         redact_audio_options={"override_audio_redaction_method": "silence"})
@@ -189,10 +166,8 @@ def test_card_phone_and_email_are_redacted_in_text_audio_and_every_store(
     assert forged.status_code == 403 and "signature" in forged.json()["error"]
 
     # the words as spoken are nowhere the job wrote
-    deadline = time.monotonic() + 60
-    while not _Hooks.bodies and time.monotonic() < deadline:
-        time.sleep(0.2)
-    [body] = _Hooks.bodies
+    [hit] = receiver.wait("/pii", 1)
+    body = hit.body
     assert json.loads(body) == {"transcript_id": transcript.id, "status": "completed"}
     rows = _clickhouse_rows(stack, transcript.id)
     assert any("[CREDIT_CARD_NUMBER]" in r for r in rows), "the result is in ClickHouse"
