@@ -6,9 +6,9 @@ parts ("john@example.com" -> ``john`` ``example`` ``com``, one span shared by le
 probability). So detection runs over the word sequence, not over a text:
 
 * **numbers**: a run of consecutive number words and digit groups ("four one one one",
-  "4111", "415-555-0132", "twenty one", "eight hundred", "double five"; ``oh`` is a zero
-  inside a run; a word of letters with at least 4 digits counts as its digits) is read as
-  one digit string, and classified whole:
+  "4111", "415-555-0132", "415.555.0132", "twenty one", "eight hundred", "double five";
+  ``oh`` is a zero inside a run; a word of letters with at least 4 digits counts as its
+  digits) is read as one digit string, and classified whole:
 
   - ``credit_card_number``: 13 to 19 digits passing the Luhn check (also a token-aligned
     part of a longer run);
@@ -32,6 +32,7 @@ carries is redacted alike. The audio under the redacted words is silenced or bee
 from __future__ import annotations
 
 import dataclasses
+import re
 import wave
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -66,6 +67,8 @@ _REPEAT = {"double": 2, "triple": 3}
 _MIXED_DIGITS = 4
 """A word of letters and digits counts as its digits when it has this many: the recogniser
 runs a number into the word before it ("back on 415..." -> "macon4155550132")."""
+_DIGIT_GROUPS = re.compile(r"\d+(?:[-.]\d+)*")
+"""Digits as written: "4111", "415-555-0132", "415.555.0132"."""
 _RUN_JOINERS = {"dash", "hyphen"}
 _EMAIL_JOINERS = {"dot", "underscore", "dash", "hyphen"}
 _NOT_NAMES = {"at", "dot", "the", "a", "an", "my", "your", "our", "their", "his", "her", "its",
@@ -119,8 +122,8 @@ def _read(word: str, run: list[_Group], index: int) -> bool:
     """Add one word to a number run; False when it is no number word."""
     last = run[-1] if run else None
     parts = word.split("-")
-    if all(p.isdigit() for p in parts) and word[0].isdigit():
-        run.append(_Group(index, "".join(parts)))
+    if _DIGIT_GROUPS.fullmatch(word) and word.count(".") != 1:  # not a decimal, "3.14159"
+        run.append(_Group(index, re.sub(r"\D", "", word)))
         return True
     digits = "".join(ch for ch in word if ch.isdigit())
     if len(digits) >= _MIXED_DIGITS and word.isalnum():  # "macon4155550132": words run together
@@ -172,7 +175,6 @@ def _runs(texts: Sequence[str]) -> list[list[_Group]]:
         if _read(texts[i], run, i):
             if repeat > 1 and len(run) > before:
                 run[-1].digits *= repeat
-                run[-1].index = i  # the repeated digit's word; the span reaches back below
             repeat = 1
             i += 1
             continue

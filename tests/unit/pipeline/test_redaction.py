@@ -39,6 +39,8 @@ LABELLED: list[tuple[str, list[tuple[str, str]]]] = [
     ("call me back on four one five five five five zero one three two",
      [("phone_number", "four one five five five five zero one three two")]),
     ("the number is 415-555-0132", [("phone_number", "415-555-0132")]),
+    ("or 415.555.0132 at work", [("phone_number", "415.555.0132")]),
+    ("pi is 3.14159 roughly", []),
     ("dial one eight hundred five five five one two one two",
      [("phone_number", "one eight hundred five five five one two one two")]),
     ("ring double five five one two three four later",
