@@ -32,6 +32,7 @@ carries is redacted alike. The audio under the redacted words is silenced or bee
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 import wave
 from collections.abc import Iterator, Sequence

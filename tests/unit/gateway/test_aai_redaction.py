@@ -91,3 +91,15 @@ def test_redaction_options_without_redact_pii_are_refused() -> None:
     assert exc.value.param == "redact_pii_audio"
     assert pii_redaction(AaiCreateTranscript(audio_url="https://cdn.example/a.wav",
                                              redact_pii=False, redact_pii_policies=[])) is None
+
+
+def test_redacted_audio_of_a_multichannel_job_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="single-channel") as exc:
+        create_body(AaiCreateTranscript(audio_url="https://cdn.example/a.wav", multichannel=True,
+                                        redact_pii=True, redact_pii_policies=["phone_number"],
+                                        redact_pii_audio=True), HOSTS)
+    assert exc.value.param == "redact_pii_audio"
+    body = create_body(AaiCreateTranscript(audio_url="https://cdn.example/a.wav",
+                                           multichannel=True, redact_pii=True,
+                                           redact_pii_policies=["phone_number"]), HOSTS)
+    assert body["metadata"][OPTIONS_KEY]["redact_pii"] is True

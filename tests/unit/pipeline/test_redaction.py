@@ -187,3 +187,11 @@ def test_redacted_audio_silences_or_beeps_the_regions(tmp_path: Path, fmt: str) 
         with wave.open(io.BytesIO(out.getvalue())) as wav:
             assert (wav.getframerate(), wav.getnchannels(), wav.getnframes()) == \
                 (SAMPLE_RATE, 1, 3 * SAMPLE_RATE)
+
+
+def test_a_multichannel_jobs_channels_are_read_each_on_its_own() -> None:
+    """Channel 1 ends with digits and channel 2 starts with some: not one number."""
+    one = [TimedWord(t, i, i + 0.5, 0.9, channel=1) for i, t in enumerate("call 415 555".split())]
+    two = [TimedWord(t, i, i + 0.5, 0.8, channel=2)
+           for i, t in enumerate("0132 ok and 415 555 0132".split())]
+    assert find_pii(one + two, ["phone_number"]) == [PiiSpan("phone_number", 6, 8)]
