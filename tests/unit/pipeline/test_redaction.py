@@ -145,7 +145,8 @@ def test_every_text_field_of_a_redacted_word_is_substituted() -> None:
     words = words_of("card 4111 1111 1111 1111 and john at example dot com")
     spans = find_pii(words, POLICIES)
     hashed = redact_words(words, spans, "hash")
-    assert " ".join(w.text for w in hashed) == "card #### #### #### #### and #### ## ####### ### ###"
+    assert " ".join(w.text for w in hashed) == \
+        "card #### #### #### #### and #### ## ####### ### ###"
     named = redact_words(words, spans, "entity_name")
     assert {w.text for w in named[1:5]} == {"[CREDIT_CARD_NUMBER]"}
     assert {w.text for w in named[6:]} == {"[EMAIL_ADDRESS]"}
