@@ -361,3 +361,8 @@ class RealtimeMessage(Record):
     is_final: bool = False
     replaying: bool = False
     """Sent by a worker that took the session over and is rebuilding it from its audio."""
+    start: float | None = None
+    """A transcript's segment start, s of the stream."""
+    end: float | None = None
+    """A final's speech end (its segment's end less the end padding); a partial's audio
+    covered, s of the stream. Read by ``/v3/ws`` for its turns' silence and word times."""

@@ -166,6 +166,8 @@ class RealtimeAgent:
     def __init__(self, settings: Settings, send: Send, metrics: Metrics | None = None) -> None:
         self.settings = settings
         self.opts = settings.realtime
+        self.end_pad_s = engine_options(settings).recognizer.vad.speech_pad_ms / 1000
+        """A final's end less this is where its speech ended (``RealtimeMessage.end``)."""
         self.send = send
         self.metrics = metrics
         self.engine: RealtimeEngine | None = None
@@ -606,15 +608,19 @@ class RealtimeAgent:
     async def _publish(self, live: _Live, updates: list[Update]) -> None:
         for update in updates:
             await self._message(live.id, live.seq, "transcript", text=update.text,
-                                is_final=update.is_final)
+                                is_final=update.is_final, start=update.start,
+                                end=update.end - self.end_pad_s if update.is_final
+                                else update.end)
             live.last_sent = time.monotonic()
             if update.is_final:
                 live.settled_at = live.last_sent
 
     async def _message(self, sid: str, seq: int, kind: str, *, text: str = "",
-                       is_final: bool = False, replaying: bool = False) -> None:
+                       is_final: bool = False, replaying: bool = False,
+                       start: float | None = None, end: float | None = None) -> None:
         message = RealtimeMessage(session_id=sid, seq=seq, type=kind,  # type: ignore[arg-type]
-                                  text=text, is_final=is_final, replaying=replaying)
+                                  text=text, is_final=is_final, replaying=replaying,
+                                  start=start, end=end)
         deadline = time.monotonic() + SEND_RETRY_S
         while True:
             try:
