@@ -11,6 +11,7 @@ from stores.sql_readonly import ReadOnlySql
 
 from .account import AccountHandler, HealthHandler, ModelsHandler
 from .assemblyai_compat import aai_routes
+from .assemblyai_streaming import V3Socket
 from .base import Application, NotFoundHandler
 from .clickhouse_proxy import clickhouse_proxy_routes
 from .console import console_routes
@@ -53,14 +54,16 @@ def api_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
 
 def extra_routes(ctx: Context) -> list[tuple[str, type, dict[str, Any]]]:
     """Served beside the API but not part of its OpenAPI document: the OpenAI-compatible
-    route (OpenAI's contract, docs/client.md), AssemblyAI's batch API under ``/v2``
-    (docs/compat.md), the operators' ``/health`` and Prometheus metrics (outside ``/v1``,
-    spec section 9; docs/operations.md) and the playground."""
+    route (OpenAI's contract, docs/client.md), AssemblyAI's batch API under ``/v2`` and its
+    streaming API at ``/v3/ws`` (docs/compat.md), the operators' ``/health`` and Prometheus
+    metrics (outside ``/v1``, spec section 9; docs/operations.md) and the playground."""
     return [
         (r"/health", HealthHandler, {"ctx": ctx}),
         (r"/v1/audio/transcriptions", OpenAITranscriptionsHandler,
          {"ctx": ctx, "jobs": JobService(ctx)}),
         *aai_routes(ctx),
+        (r"/v3/ws", V3Socket, {"ctx": ctx, "hub": hub_for(ctx),
+                               "admission": StreamAdmission(ctx)}),
         (r"/metrics", MetricsHandler, {"ctx": ctx}),
         *playground_routes(),
     ]
