@@ -2,6 +2,11 @@
 
 ``python -m bench.realtime [--sessions N ...] [--accounts K] [--url ws://host:port --key a5s_sk_...]``
 ``python -m bench.realtime --coverage [--prompts 20] [--parallel 5] [--show]``
+``python -m bench.realtime --sessions N --v3``: each of the N programmes streamed twice at
+once, over ``/v1/realtime`` and over ``/v3/ws`` (AssemblyAI's v3, :mod:`bench.v3_realtime`),
+so both protocols see the same items under the same load; v3's **end-of-turn latency** (an
+ended turn's arrival minus the phrase end it settles, as final latency) is printed beside
+the a5s protocol's final latency.
 
 Without ``--url`` it starts its own embedded stack (``a5s up`` in a temporary data
 directory, on free loopback ports; extra ``A5S_*`` settings pass through the
@@ -133,24 +138,33 @@ async def run_session(url: str, key: str, res: Session, delay: float) -> None:
                 done.set()
 
         task = asyncio.create_task(reader())
-        pcm = res.pcm.tobytes()
-        # every sample, the last frame shorter: the offline runs see the whole file too
-        n = -(-len(pcm) // FRAME_BYTES)
-        with contextlib.suppress(websockets.ConnectionClosed):
-            for i in range(n):
-                due = t0 + i * FRAME_BYTES / 2 / SR
-                now = time.perf_counter()
-                if now < due:
-                    await asyncio.sleep(due - now)
-                res.max_send_lag = max(res.max_send_lag, time.perf_counter() - due)
-                await ws.send(pcm[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
-            await asyncio.sleep(max(0.0, t0 + len(pcm) / 2 / SR - time.perf_counter()))
-            t_finish = time.perf_counter() - t0
-            await ws.send(json.dumps({"type": "finish"}))
+        t_finish = await send_paced(ws, res, t0, {"type": "finish"})
         await done.wait()
         await task
     texts = [m["text"] for _, m in res.messages if m["type"] == "transcript"]
     res.text = texts[-1] if texts else ""
+
+
+async def send_paced(ws: Any, res: Session, t0: float, finish: dict[str, Any]) -> float:
+    """``res``'s audio in 20 ms frames at real-time pace from ``t0``, then ``finish``; when
+    ``finish`` went, s after ``t0`` (the session's end if the socket closed first)."""
+    import websockets
+    pcm = res.pcm.tobytes()
+    # every sample, the last frame shorter: the offline runs see the whole file too
+    n = -(-len(pcm) // FRAME_BYTES)
+    t_finish = 0.0
+    with contextlib.suppress(websockets.ConnectionClosed):
+        for i in range(n):
+            due = t0 + i * FRAME_BYTES / 2 / SR
+            now = time.perf_counter()
+            if now < due:
+                await asyncio.sleep(due - now)
+            res.max_send_lag = max(res.max_send_lag, time.perf_counter() - due)
+            await ws.send(pcm[i * FRAME_BYTES:(i + 1) * FRAME_BYTES])
+        await asyncio.sleep(max(0.0, t0 + len(pcm) / 2 / SR - time.perf_counter()))
+        t_finish = time.perf_counter() - t0
+        await ws.send(json.dumps(finish))
+    return t_finish
 
 
 def _words(text: str) -> int:
@@ -369,6 +383,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--stagger", type=float, default=0.23,
                         help="seconds between session starts (default 0.23; a larger one "
                         "brings sessions in while others run, as a worker's admission sees them)")
+    parser.add_argument("--v3", action="store_true",
+                        help="stream each programme over /v3/ws too, at the same time")
     parser.add_argument("--parallel", type=int, default=5,
                         help="--coverage: items streamed at once (five per account)")
     args = parser.parse_args(argv)
@@ -403,14 +419,16 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
         errors += run_coverage(url, http_url, keys, args.eval, args.prompts,
                                args.parallel if stack else min(args.parallel, 5), args.show)
         return errors
+    from bench.v3_realtime import run_v3_session  # it imports this module
     vad = StreamingVad(default_vad_path())
     runs = args.sessions or [1, 5]
-    accounts = args.accounts or -(-max(runs) // 5)
+    accounts = args.accounts or -(-max(runs) * (2 if args.v3 else 1) // 5)
     keys = [key] + ([stack.new_account()[1] for _ in range(1, accounts)] if stack else [])
     run_dir = stack.data_dir / "run" if stack else None
     kept: list[int] = []
     for n in runs:
         results = sessions_for(n, args.eval, vad, args.clips)
+        v3 = [Session(r.pcm, r.reference, r.starts, r.ends) for r in results] if args.v3 else []
         load0 = os.getloadavg()[0]
         cpu0 = stack_cpu(run_dir) if run_dir else {}
         t = time.perf_counter()
@@ -420,7 +438,10 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
         async def all_sessions() -> None:
             sampler = asyncio.create_task(_sample_lag(stack, lags)) if stack else None
             await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, args.stagger * k)
-                                   for k, r in enumerate(results)))
+                                   for k, r in enumerate(results)),
+                                 *(run_v3_session(url, keys[(n + k) % len(keys)], r,
+                                                  args.stagger * k + args.stagger / 2)
+                                   for k, r in enumerate(v3)))
             if sampler is not None:
                 sampler.cancel()
 
@@ -468,6 +489,17 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
         print(f"keep-up: max send lag {s['send_lag_max'] * 1000:.0f} ms, finished after "
               f"finish {s['finish_max']:.2f} s (max), ready after connect "
               f"{s['ready_max']:.2f} s (max), {s['partials']} partial messages")
+        if v3:
+            t3 = score(v3)
+            errors += t3["errors"]
+            print(f"/v3/ws, the same {n} programme(s) at the same time: errors {t3['errors']}, "
+                  f"WER {t3['wer'] * 100:.2f}%, end-of-turn latency: median "
+                  f"{t3['final_median']:.3f} s, p95 {t3['final_p95']:.3f} s, max "
+                  f"{t3['final_max']:.2f} s over {t3['finals']} ended turns (a5s final latency "
+                  f"median {s['final_median']:.3f} s, p95 {s['final_p95']:.3f} s)")
+            for r in v3:
+                if r.error:
+                    print("  v3 session error:", r.error)
         if args.show:
             for r in results:
                 print("  REF:", normalize(r.reference))
