@@ -267,7 +267,13 @@ class V3Socket(StreamSocket):
                 raise V3Refusal(3006, f"Invalid Message Type: {text[:200]} (Terminate, "
                                 "ForceEndpoint, KeepAlive and UpdateConfiguration are the "
                                 "messages)") from None
-            raise V3Refusal(3006, "Invalid Message: " + validation_param(exc)[1]) from None
+            param, said = validation_param(exc)
+            if kind == "extra_forbidden" and '"UpdateConfiguration"' in text.replace(" ", ""):
+                said = (f"{(param or '').rpartition('.')[2]} cannot change during a session; "
+                        "UpdateConfiguration takes "
+                        "end_of_turn_confidence_threshold, min_turn_silence, max_turn_silence "
+                        "and format_turns.")
+            raise V3Refusal(3006, f"Invalid Message: {said}") from None
         if isinstance(message, V3Terminate):
             super()._on_text(FINISH, now)
         elif isinstance(message, V3KeepAlive):

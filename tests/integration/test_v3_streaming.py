@@ -150,6 +150,7 @@ def test_sdk_streams_a_conversation_in_turns(stack: Stack) -> None:
     stream_wer = jiwer.wer(reference, plain_words(" ".join(t.transcript for t in formatted)))
     batch_wer = jiwer.wer(reference, plain_words(batch.text or ""))
     print(f"v3 formatted turns WER {stream_wer:.3f}, batch WER {batch_wer:.3f}")
+    assert "help desk" in " ".join(t.transcript for t in formatted)   # a keyterm, as given
     assert stream_wer <= batch_wer + WER_GAP
 
     # one usage event: the streaming session counted once, for its audio
@@ -234,6 +235,16 @@ def test_token_parameter_keepalive_and_terminate(stack: Stack) -> None:
                 await bad.send(json.dumps({"type": "Shout"}))
                 error = json.loads(await bad.recv())
                 assert error["error_code"] == 3006 and "Invalid Message Type" in error["error"]
+            async with websockets.connect(f"{host(stack)}/v3/ws?sample_rate=16000&token={key}"
+                                          ) as late:
+                assert json.loads(await late.recv())["type"] == "Begin"
+                await late.send(json.dumps({"type": "UpdateConfiguration",
+                                            "keyterms_prompt": ["a5s"]}))
+                error = json.loads(await late.recv())
+                assert error == {"type": "Error", "error_code": 3006, "error": (
+                    "Invalid Message: keyterms_prompt cannot change during a session; "
+                    "UpdateConfiguration takes end_of_turn_confidence_threshold, "
+                    "min_turn_silence, max_turn_silence and format_turns.")}
     asyncio.run(asyncio.wait_for(go(), 180))
 
 
