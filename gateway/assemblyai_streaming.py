@@ -7,7 +7,8 @@ path and usage event, and a different wire:
 
 * the settings are query parameters, checked right after the key (:func:`connect_params`);
   the session starts without a ``start`` message, and audio the SDK sends before ``Begin``
-  is held (at real-time pace at most) and sent on once the worker took the session;
+  is held and sent on once the worker took the session;
+* audio is paced as AssemblyAI paces it, in all since connecting (:class:`_V3Session`);
 * the key comes bare in ``Authorization`` (as the SDK sends it; ``Bearer`` works too) or in
   the ``token`` query parameter;
 * ``Terminate`` is ``finish``, ``KeepAlive`` is ``ping`` (no answer), ``ForceEndpoint`` and
@@ -168,22 +169,28 @@ def v3_error(exc: BaseException) -> V3Refusal:
 
 
 class _V3Session(StreamSession):
-    """The session rules, plus the audio held before ``Begin`` (``held_ms``, paced against
-    real time since connecting as it came): sent on in one burst once the worker took the
-    session, it is checked and counted but not paced again."""
+    """The session rules with v3's pacing, AssemblyAI's: in all, no more audio than the time
+    since connecting plus ``burst_ms``. Audio held before ``Begin`` and sent on at once is
+    within it, and so is a pause in delivery (the network, a busy gateway) followed by the
+    audio held up meanwhile; a client that sends faster than real time still reaches it."""
 
     def __init__(self, opts: RealtimeSettings, now: float) -> None:
         super().__init__(opts, now)
         self.held_ms = 0.0
 
     def audio(self, frame: bytes, now: float) -> AudioAccepted:
-        if self.held_ms <= 0 or self.state is not SessionState.ready:
-            return super().audio(frame, now)
-        self.held_ms -= len(frame) / BYTES_PER_MS
-        paced = self._tokens_ms, self._tokens_at
+        self._tokens_ms, self._tokens_at = float(self.opts.burst_ms), now  # no bucket here
         accepted = super().audio(frame, now)
-        self._tokens_ms, self._tokens_at = paced
+        self.paced(self.audio_ms, now)
         return accepted
+
+    def paced(self, audio_ms: float, now: float) -> None:
+        """Raises ``realtime_rate_exceeded`` for ``audio_ms`` received by ``now``."""
+        took = now - self.connected_at
+        if audio_ms > took * 1000 + self.opts.burst_ms:
+            raise StreamError(Code.realtime_rate_exceeded, f"Received {audio_ms / 1000:.1f} s "
+                              f"of audio in {took:.1f} s since connecting (beyond a "
+                              f"{self.opts.burst_ms} ms burst).")
 
 
 class V3Socket(StreamSocket):
@@ -247,12 +254,8 @@ class V3Socket(StreamSocket):
             raise StreamError(Code.invalid_audio_frame, f"Audio frames are non-empty, whole "
                               f"16-bit samples of at most {self.opts.max_frame_bytes} bytes; "
                               f"this one had {size}.")
-        if self.state is not State.ready:   # once ready, the session's own pacing counts it
-            self.session.held_ms += size / BYTES_PER_MS
-            if self.session.held_ms > (now - self.session.connected_at) * 1000 + \
-                    self.opts.burst_ms:
-                raise StreamError(Code.realtime_rate_exceeded, "Audio is arriving faster "
-                                  f"than real time (beyond a {self.opts.burst_ms} ms burst).")
+        self.session.held_ms += size / BYTES_PER_MS
+        self.session.paced(self.session.held_ms, now)
         self.held.append(frame)
 
     def _on_text(self, text: str, now: float) -> None:

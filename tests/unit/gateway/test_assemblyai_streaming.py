@@ -9,10 +9,11 @@ import pytest
 from assemblyai.streaming.v3 import StreamingParameters
 from assemblyai.streaming.v3._base import _build_uri
 
-from gateway.assemblyai_streaming import V3Refusal, connect_params, v3_error
+from gateway.assemblyai_streaming import V3Refusal, _V3Session, connect_params, v3_error
 from gateway.assemblyai_turns import CONFIDENCE, TurnRules, TurnTracker, unformatted, word_times
 from schemas.assemblyai_streaming import V3_REFUSED
 from schemas.errors import StreamError, StreamErrorCode, Unauthorized
+from schemas.settings import RealtimeSettings
 
 
 def query_of(**params: object) -> dict[str, list[bytes]]:
@@ -142,3 +143,20 @@ def test_the_end_of_the_stream_ends_the_turn() -> None:
     ended = t.finish()
     assert [(m.end_of_turn, m.transcript) for m in ended] == [(True, "and then")]
     assert ended[0].end_of_turn_confidence == CONFIDENCE[False]
+
+
+def test_v3_paces_audio_in_all_since_connecting() -> None:
+    session = _V3Session(RealtimeSettings(), 0.0)
+    session.text(json.dumps({"type": "start"}), 0.0)
+    assert session.ready(300_000, 0.5)
+    second = bytes(32_000)                                 # 1 s of audio
+    session.audio(second, 0.5)
+    session.audio(second, 0.6)                             # 2 s by 0.6 s: the burst
+    for at in (5.0, 5.0, 5.0, 5.0):                        # a 4.4 s gap, then 4 s at once
+        session.audio(second, at)
+    assert session.audio_ms == 6000
+    session.audio(second, 5.0)                             # 7 s by 5 s: the burst's edge
+    with pytest.raises(StreamError) as caught:
+        session.audio(second, 5.0)                         # 8 s by 5 s
+    assert caught.value.code is StreamErrorCode.realtime_rate_exceeded
+    assert "Received 8.0 s of audio in 5.0 s since connecting" in caught.value.message
