@@ -65,12 +65,13 @@ from .base import (BaseHandler, BodyTooLargeHandler, NotFoundHandler, Principal,
 from .files import FilesHandler, upload_signing_key
 from .jobs import JobService
 from .subtitles import render_srt, render_vtt
-from .subtitles_handler import SUBTITLE_TYPES, completed_result, parse_subtitle_query
+from .subtitles_handler import SUBTITLE_TYPES, completed_row_result, parse_subtitle_query
 from .transcripts import parse_list_query
 
 __all__ = ["aai_routes", "create_body", "pii_redaction", "aai_transcript", "aai_list",
            "speaker_letter", "speaker_channel", "upload_url", "upload_file_id", "unlabelled",
-           "redacted_audio_path", "OPTIONS_KEY", "WORD_CONFIDENCE", "REDACTED_AUDIO_URL_TTL_S"]
+           "text_switches", "redacted_audio_path", "OPTIONS_KEY", "WORD_CONFIDENCE",
+           "REDACTED_AUDIO_URL_TTL_S"]
 
 OPTIONS_KEY = "assemblyai"
 """The metadata key under which a ``/v2`` transcript keeps the options that shape its answer."""
@@ -83,7 +84,6 @@ _UPLOAD = re.compile(r"/v2/upload/(file_[0-9A-Za-z]+)")
 _SPEAKER = re.compile(r"speaker_(\d+)")
 _LANGUAGES = {"en_uk": "en-gb"}
 """AssemblyAI language codes a5s spells differently; the rest go to ``normalise_language``."""
-_PLAIN = ("punctuate", "format_text")
 _REDACT = ("redact_pii_policies", "redact_pii_sub", "redact_pii_audio",
            "redact_pii_audio_quality", "redact_pii_audio_options")
 _AUDIO_TYPES = {"mp3": "audio/mpeg", "wav": "audio/wav"}
@@ -180,11 +180,6 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
         raise InvalidRequest("speaker_labels with multichannel is not supported: a5s does not "
                              "diarize within a channel; with multichannel each channel is one "
                              "speaker. Leave out one of the two.", param="speaker_labels")
-    for name in _PLAIN:
-        if getattr(req, name):
-            raise InvalidRequest(f"{name} is not supported: a5s transcripts are verbatim "
-                                 "lowercase words without punctuation or formatting; set "
-                                 f"{name} to false or leave it out.", param=name)
     redaction = pii_redaction(req)
     language = req.language_code or "en"
     try:
@@ -226,13 +221,22 @@ def speaker_channel(speaker: str) -> str:
     return m.group(1) if m else speaker
 
 
+def text_switches(options: dict[str, Any]) -> tuple[bool, bool]:
+    """``(punctuate, format_text)`` of a ``/v2`` transcript's stored options; each defaults
+    to true, as AssemblyAI's do."""
+    return (options.get("punctuate") is not False, options.get("format_text") is not False)
+
+
 def _words(words: list[Word], labels: bool, confidence: dict[_Key, float],
-           channels: bool = False) -> list[AaiWord]:
-    return [AaiWord(text=w.text, start=_ms(w.start), end=_ms(w.end),
+           channels: bool = False, shown: list[Word] | None = None) -> list[AaiWord]:
+    """AssemblyAI's words; ``shown`` (same order) gives the text to show, ``words`` the
+    verbatim form that keys ``confidence``."""
+    return [AaiWord(text=s.text, start=_ms(w.start), end=_ms(w.end),
                     confidence=confidence.get((w.start, w.end, w.text), WORD_CONFIDENCE),
                     speaker=(speaker_channel(w.speaker) if channels else
                              speaker_letter(w.speaker) if labels else None),
-                    channel=speaker_channel(w.speaker) if channels else None) for w in words]
+                    channel=speaker_channel(w.speaker) if channels else None)
+            for w, s in zip(words, words if shown is None else shown, strict=True)]
 
 
 def _mean(values: list[float]) -> float | None:
@@ -248,9 +252,11 @@ def _audio_url(summary: TranscriptSummary, base_url: str) -> str:
 def aai_transcript(transcript: Transcript, base_url: str,
                    result: TranscriptResult | None = None) -> AaiTranscript:
     """A ``/v1`` transcript in AssemblyAI's shape; ``result`` (its stored result) gives the
-    word confidences: the recogniser's word probabilities, and their mean for the transcript
-    and for each utterance."""
+    words in the form ``punctuate`` and ``format_text`` ask for (``schemas.word_forms``) and
+    the word confidences: the recogniser's word probabilities, and their mean for the
+    transcript and for each utterance."""
     options = transcript.metadata.get(OPTIONS_KEY) or {}
+    punctuate, format_text = text_switches(options)
     confidence: dict[_Key, float] = {}
     if result is not None and len(result.word_confidence) == len(result.words):
         confidence = {(w.start, w.end, w.text): c
@@ -260,7 +266,7 @@ def aai_transcript(transcript: Transcript, base_url: str,
     out = AaiTranscript(
         id=transcript.id, status=transcript.status,
         audio_url=_audio_url(transcript, base_url), language_code=transcript.language_code,
-        punctuate=options.get("punctuate"), format_text=options.get("format_text"),
+        punctuate=punctuate, format_text=format_text,
         speaker_labels=labels, speakers_expected=options.get("speakers_expected"),
         multichannel=True if channels else None,
         webhook_url=transcript.webhook_url,
@@ -276,18 +282,22 @@ def aai_transcript(transcript: Transcript, base_url: str,
                         if transcript.audio_duration is not None else None),
         error=transcript.error.message if transcript.error else None)
     if transcript.status == "completed":
-        out.text = transcript.text or ""
-        out.words = _words(transcript.words or [], labels, confidence, channels)
+        if result is None:  # a result-less view: the transcript's own (verbatim) fields
+            result = TranscriptResult(text=transcript.text or "", words=transcript.words or [],
+                                      utterances=transcript.utterances or [])
+        shown = result.in_form(punctuate, format_text)
+        out.text = shown.text
+        out.words = _words(result.words, labels, confidence, channels, shown.words)
         out.confidence = _mean([w.confidence for w in out.words]) if confidence else None
         if channels:
             out.audio_channels = result.audio_channels if result is not None else None
         if labels or channels:
             out.utterances = []
-            for u in transcript.utterances or []:
-                words = _words(u.words, True, confidence, channels)
+            for u, su in zip(result.utterances, shown.utterances, strict=True):
+                words = _words(u.words, True, confidence, channels, su.words)
                 mean = _mean([w.confidence for w in words])
                 out.utterances.append(AaiUtterance(
-                    text=u.text, start=_ms(u.start), end=_ms(u.end),
+                    text=su.text, start=_ms(u.start), end=_ms(u.end),
                     confidence=WORD_CONFIDENCE if mean is None else mean,
                     speaker=speaker_channel(u.speaker) if channels else speaker_letter(u.speaker),
                     channel=speaker_channel(u.speaker) if channels else None, words=words))
@@ -453,14 +463,17 @@ class AaiTranscriptHandler(_AaiJobs):
 
 
 class AaiSubtitlesHandler(_AaiJobs):
-    """``GET /v2/transcript/{id}/srt`` and ``/vtt``: captions without speaker labels."""
+    """``GET /v2/transcript/{id}/srt`` and ``/vtt``: captions without speaker labels, in the
+    text form of the transcript (``punctuate``, ``format_text``)."""
 
     QUERY = {"GET": ("chars_per_caption",)}
 
     async def get(self, transcript_id: str, fmt: str) -> None:
         who = await self.authenticate()
         _, options = parse_subtitle_query(fmt, self.get_query_argument("chars_per_caption", None))
-        result = unlabelled(await completed_result(self.jobs, who.account.id, transcript_id))
+        row, result = await completed_row_result(self.jobs, who.account.id, transcript_id)
+        options = row.summary().metadata.get(OPTIONS_KEY) or {}
+        result = unlabelled(result.in_form(*text_switches(options)))
         text = render_srt(result, options) if fmt == "srt" else render_vtt(result, options)
         self.set_header("Content-Type", SUBTITLE_TYPES[fmt])
         self.finish(text.encode())

@@ -63,11 +63,17 @@ def _segment(n: int, utt: Any) -> dict[str, Any]:
             "no_speech_prob": 0.0, "speaker": utt.speaker}
 
 
-def render_openai(transcript: Transcript, fmt: str, granularities: list[str]) -> str:
-    """The body OpenAI would send for ``fmt``; ``transcript`` is completed."""
-    result = TranscriptResult(text=transcript.text or "", speakers=transcript.speakers or [],
-                              utterances=transcript.utterances or [],
-                              words=transcript.words or [])
+def render_openai(transcript: Transcript, fmt: str, granularities: list[str],
+                  stored: TranscriptResult | None = None) -> str:
+    """The body OpenAI would send for ``fmt``; ``transcript`` is completed and ``stored``
+    is its stored result. The text is punctuated and cased as the recogniser wrote it
+    (``schemas.word_forms``), as OpenAI's is; without ``stored``, the transcript's own
+    verbatim words."""
+    if stored is None:
+        stored = TranscriptResult(text=transcript.text or "", speakers=transcript.speakers or [],
+                                  utterances=transcript.utterances or [],
+                                  words=transcript.words or [])
+    result = stored.in_form(punctuate=True, format_text=True)
     if fmt == "text":
         return result.text + "\n"
     if fmt == "srt":
@@ -189,8 +195,9 @@ class OpenAITranscriptionsHandler(BaseHandler):
         transcript = await self._wait(await self._create(form))
         if transcript.status == "error":
             raise _job_error(transcript)
+        stored = await self.jobs.transcripts.result(transcript.id, self.who.account.id)
         self.set_header("Content-Type", _TYPES.get(fmt, "application/json"))
-        self.finish(render_openai(transcript, fmt, granularities).encode())
+        self.finish(render_openai(transcript, fmt, granularities, stored).encode())
 
     def _options(self, form: _Form) -> tuple[str, list[str]]:
         model = form.get("model")

@@ -11,14 +11,15 @@ from typing import Literal
 
 from schemas.errors import InvalidRequest, NotFound, TranscriptNotReady
 from schemas.records import TranscriptResult
+from schemas.rows import TranscriptRow
 from stores.context import Context
 
 from .base import BaseHandler
 from .jobs import JobService
 from .subtitles import CaptionOptions, render_srt, render_vtt
 
-__all__ = ["SubtitlesHandler", "parse_subtitle_query", "completed_result", "SUBTITLE_TYPES",
-           "DEFAULT_CHARS"]
+__all__ = ["SubtitlesHandler", "parse_subtitle_query", "completed_result",
+           "completed_row_result", "SUBTITLE_TYPES", "DEFAULT_CHARS"]
 
 SUBTITLE_TYPES = {"srt": "application/x-subrip", "vtt": "text/vtt"}
 DEFAULT_CHARS = 42
@@ -40,9 +41,10 @@ def parse_subtitle_query(fmt: str | None,
     return fmt, CaptionOptions(chars_per_caption=n)  # type: ignore[return-value]
 
 
-async def completed_result(jobs: JobService, account_id: str,
-                           transcript_id: str) -> TranscriptResult:
-    """The result captions are made from; 404 for no such transcript, 409 until it completes."""
+async def completed_row_result(jobs: JobService, account_id: str, transcript_id: str,
+                               ) -> tuple[TranscriptRow, TranscriptResult]:
+    """The transcript's row and the result captions are made from; 404 for no such
+    transcript, 409 until it completes."""
     row = await jobs.transcripts.get(transcript_id, account_id)
     if row is None:
         raise NotFound(f"No transcript {transcript_id!r}.")
@@ -51,7 +53,13 @@ async def completed_result(jobs: JobService, account_id: str,
     if result is None:
         raise TranscriptNotReady(f"Transcript {transcript_id!r} is {row.summary().status}; "
                                  "captions exist once it is completed.")
-    return result
+    return row, result
+
+
+async def completed_result(jobs: JobService, account_id: str,
+                           transcript_id: str) -> TranscriptResult:
+    """The result captions are made from (see :func:`completed_row_result`)."""
+    return (await completed_row_result(jobs, account_id, transcript_id))[1]
 
 
 class SubtitlesHandler(BaseHandler):

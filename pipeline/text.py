@@ -16,6 +16,11 @@ section 1), while Whisper writes cased, punctuated words (" Hello," or
 Other characters separate words ("and/or" -> "and", "or"); a word left empty
 (a lone dash, "...") is dropped, and a word that splits in two shares its time
 span by length.
+
+With ``formatted``, each word also keeps the form the recogniser wrote
+(``TimedWord.formatted``): a word that splits keeps the piece of it that each part
+came from ("and/", "or,"), and a dropped word that is only closing punctuation ("...")
+stays on the word before it.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from collections.abc import Iterable
 
 from .types import TimedWord
 
-__all__ = ["normalise_text", "normalise_words", "collapse_repeats"]
+__all__ = ["normalise_text", "normalise_words", "written_parts", "collapse_repeats"]
 
 _APOSTROPHES = str.maketrans({"\u2019": "'", "\u2018": "'", "\u02bc": "'", "`": "'",
                               "\u2010": "-", "\u2011": "-"})
@@ -52,11 +57,13 @@ def normalise_text(text: str) -> list[str]:
     return _TOKEN.findall(_THOUSANDS.sub("", text))
 
 
-def normalise_words(words: Iterable[TimedWord]) -> list[TimedWord]:
+def normalise_words(words: Iterable[TimedWord], formatted: bool = False) -> list[TimedWord]:
     """Normalise recogniser words, keeping their times and probabilities.
 
     Args:
         words: words as the recogniser wrote them (any case, punctuated).
+        formatted: keep the written form of each word beside the batch form (Whisper's
+            words are cased and punctuated; a transducer's are not worth keeping).
 
     Returns:
         Words in batch form; empty ones dropped, and a word that held several
@@ -65,16 +72,55 @@ def normalise_words(words: Iterable[TimedWord]) -> list[TimedWord]:
     out: list[TimedWord] = []
     for word in words:
         parts = normalise_text(word.text)
+        forms = written_parts(word.text, parts) if formatted else [None] * len(parts)
+        if not parts:
+            trailing = word.text.strip()
+            if formatted and out and out[-1].formatted and trailing \
+                    and all(c in _CLOSING for c in trailing):
+                last = out[-1]
+                out[-1] = TimedWord(last.text, last.start, last.end, last.probability,
+                                    last.formatted + trailing)
+            continue
         if len(parts) == 1:
-            out.append(TimedWord(parts[0], word.start, word.end, word.probability))
+            out.append(TimedWord(parts[0], word.start, word.end, word.probability, forms[0]))
             continue
         total = sum(len(p) for p in parts)
         start, span = word.start, word.end - word.start
-        for part in parts:
+        for part, form in zip(parts, forms):
             end = start + span * len(part) / total
-            out.append(TimedWord(part, start, end, word.probability))
+            out.append(TimedWord(part, start, end, word.probability, form))
             start = end
     return out
+
+
+_CLOSING = frozenset(".,!?;:\u2026\"')]\u201d\u2019")
+"""Punctuation that closes the word before it when the recogniser writes it alone."""
+
+
+def written_parts(raw: str, parts: list[str]) -> list[str]:
+    """The written form of each batch-form part of one recogniser word.
+
+    A word that stays one keeps its whole written form (``" Hello,"`` -> ``"Hello,"``);
+    one that splits is cut where each later part begins (``" and/or,"`` -> ``"and/"``,
+    ``"or,"``), so the pieces joined give the word back. Where a part cannot be found in
+    the written form (a character that normalising changed), the parts keep their batch
+    form.
+    """
+    text = raw.strip()
+    if len(parts) <= 1:
+        return [text] * len(parts)
+    folded = text.translate(_APOSTROPHES).lower()
+    if len(folded) != len(text):
+        return list(parts)
+    cuts, pos = [0], len(parts[0])
+    for part in parts[1:]:
+        at = folded.find(part, pos)
+        if at < 0:
+            return list(parts)
+        cuts.append(at)
+        pos = at + len(part)
+    cuts.append(len(text))
+    return [text[a:b] for a, b in zip(cuts, cuts[1:])]
 
 
 def collapse_repeats(words: list[TimedWord], max_repeats: int,

@@ -36,6 +36,9 @@ class TimedWord:
     probability: float = 1.0
     channel: int | None = None
     """The channel (1-based) a multichannel job's word was heard on; None: the mix."""
+    formatted: str | None = None
+    """The word as the recogniser wrote it (cased, punctuated: ``"Hello,"``), without its
+    leading space; None where the recogniser writes no such form (the transducers)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from .api import Speaker, Timestamp, Utterance, Word
+from .word_forms import word_form
 
 __all__ = [
     "Record", "AccountLimits", "PiiPolicy", "PiiRedaction", "JobSpec", "Channels", "Submitted",
@@ -20,7 +21,7 @@ __all__ = [
     "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
     "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
-    "TranscriptResult", "OpenSegment", "ResumePoint", "RealtimeCheckpoint", "RealtimeAudio",
+    "ResultWord", "ResultUtterance", "TranscriptResult", "OpenSegment", "ResumePoint", "RealtimeCheckpoint", "RealtimeAudio",
     "RealtimeMessage",
 ]
 
@@ -231,13 +232,36 @@ class WebhookDue(Record):
     not_before: datetime | None = None
 
 
+class ResultWord(Word):
+    """A word of a stored result: the ``/v1`` word, and the form the recogniser wrote.
+
+    A ``/v1`` word is taken as one (without a written form)."""
+
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+    text_formatted: str | None = None
+    """The word cased and punctuated as the recogniser wrote it (``"Hello,"``); not part of
+    the ``/v1`` word. None for results stored before it was kept and for recognisers that
+    write no such form (the transducers): readers fall back to ``text``
+    (``schemas.word_forms``)."""
+
+
+class ResultUtterance(Utterance):
+    model_config = ConfigDict(extra="forbid", from_attributes=True)
+
+    words: list[ResultWord]
+
+
+_WRITTEN = {"__all__": {"text_formatted"}}
+
+
 class TranscriptResult(BaseModel):
     """The result fields of a completed transcript, as stored and served."""
 
     text: str = ""
     speakers: list[Speaker] = Field(default_factory=list)
-    utterances: list[Utterance] = Field(default_factory=list)
-    words: list[Word] = Field(default_factory=list)
+    utterances: list[ResultUtterance] = Field(default_factory=list)
+    words: list[ResultWord] = Field(default_factory=list)
     word_confidence: list[float] = Field(default_factory=list)
     """The recogniser's probability of each of ``words`` (same order), 0 to 1. Not part of
     the ``/v1`` transcript; ``/v2`` serves it as AssemblyAI's word ``confidence``. Empty for
@@ -248,8 +272,33 @@ class TranscriptResult(BaseModel):
     Not part of the ``/v1`` transcript."""
 
     def public(self) -> dict[str, Any]:
-        """The fields a ``/v1`` transcript and the ``transcripts.completed`` record carry."""
-        return self.model_dump(exclude={"word_confidence", "audio_channels"})
+        """The fields a ``/v1`` transcript and the ``transcripts.completed`` record carry:
+        verbatim words only."""
+        return self.model_dump(exclude={"word_confidence": True, "audio_channels": True,
+                                        "words": _WRITTEN,
+                                        "utterances": {"__all__": {"words": _WRITTEN}}})
+
+    def in_form(self, punctuate: bool, format_text: bool) -> TranscriptResult:
+        """The result with every word in the form the switches ask for
+        (``schemas.word_forms``), and the utterances' and transcript's text joined from
+        those words. Times, speakers and confidences are unchanged."""
+        if not (punctuate or format_text):
+            return self
+
+        def shown(words: list[ResultWord]) -> list[ResultWord]:
+            return [w.model_copy(update={"text": word_form(w.text, w.text_formatted,
+                                                           punctuate, format_text)})
+                    for w in words]
+
+        words = shown(self.words)
+        utterances = []
+        for u in self.utterances:
+            uw = shown(u.words)
+            utterances.append(u.model_copy(update={
+                "words": uw, "text": " ".join(w.text for w in uw) if uw else u.text}))
+        return self.model_copy(update={
+            "words": words, "utterances": utterances,
+            "text": " ".join(w.text for w in words) if words else self.text})
 
 
 class CompletedTranscript(Record):

@@ -205,7 +205,7 @@ class WhisperEngine:
         words = _join_pieces(raw)
         if o.snap_word_edges:
             words = snap_to_sound(words, audio, offset, SAMPLE_RATE)
-        return collapse_repeats(normalise_words(words), o.max_repeats)
+        return collapse_repeats(normalise_words(words, formatted=True), o.max_repeats)
 
     def _implausible(self, avg_logprob: float, words: list) -> bool:
         if avg_logprob < self.opts.doubtful_log_prob:

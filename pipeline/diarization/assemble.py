@@ -17,8 +17,8 @@ from collections.abc import Sequence
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.api import Speaker, Utterance, Word
-from schemas.records import TranscriptResult
+from schemas.api import Speaker
+from schemas.records import ResultUtterance, ResultWord, TranscriptResult
 
 from ..types import Region, SpeakerTurn, TimedWord
 
@@ -152,8 +152,9 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
             spans[order[t.speaker]].append((t.start, t.end))
     spans = {k: _union(v) for k, v in spans.items()}
 
-    out_words = [Word(text=text, start=_ms(s), end=_ms(e), speaker=speaker_id(k))
-                 for (text, s, e), k in zip(items, labels)]
+    out_words = [ResultWord(text=text, start=_ms(s), end=_ms(e), speaker=speaker_id(k),
+                            text_formatted=w.formatted)
+                 for (text, s, e), k, w in zip(items, labels, kept)]
     groups: list[list[int]] = []
     open_group: dict[int, list[int]] = {}
     for i, ((_, s, e), k) in enumerate(zip(items, labels)):
@@ -169,7 +170,7 @@ def assemble(words: Sequence[TimedWord], turns: Sequence[SpeakerTurn],
         group.append(i)
 
     utterances = [
-        Utterance(speaker=speaker_id(labels[g[0]]), start=out_words[g[0]].start,
+        ResultUtterance(speaker=speaker_id(labels[g[0]]), start=out_words[g[0]].start,
                   end=max(out_words[i].end for i in g),
                   text=" ".join(out_words[i].text for i in g), words=[out_words[i] for i in g])
         for g in groups

@@ -84,12 +84,9 @@ def test_speakers_expected_needs_speaker_labels() -> None:
         _req(speakers_expected=0)
 
 
-def test_unknown_options_punctuation_and_languages_are_refused() -> None:
+def test_unknown_options_and_languages_are_refused() -> None:
     with pytest.raises(InvalidRequest, match="Unknown field 'shiny'"):
         create_body(_req(shiny=1), HOSTS)
-    for name in ("punctuate", "format_text"):
-        with pytest.raises(InvalidRequest, match="verbatim lowercase"):
-            create_body(_req(**{name: True}), HOSTS)
     with pytest.raises(InvalidRequest, match="English only"):
         create_body(_req(language_code="fr"), HOSTS)
 
