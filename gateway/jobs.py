@@ -1,7 +1,8 @@
 """Admission and bookkeeping of batch jobs: what ``POST``/``DELETE /v1/transcripts`` do.
 
-Order of checks on create: rate (every create request counts), body, idempotency,
-model access, usage, upload, queue size. A transcript is recorded in ClickHouse
+Order of checks on create: rate (every create request counts), body (a ``webhook_url``
+that no delivery could reach under the webhook settings included), idempotency, model
+access, usage, upload, queue size. A transcript is recorded in ClickHouse
 before its ``submitted`` event is published, so it is visible at once; if the
 publish fails the row is withdrawn and the client may retry with the same key.
 """
@@ -64,6 +65,11 @@ class JobService:
                               "in a minute.", retry_after=wait)
         from .base import parse_body
         body = parse_body(parse, raw_body)
+        if body.webhook_url is not None:
+            why = self.ctx.settings.webhooks.undeliverable(body.webhook_url)
+            if why is not None:
+                raise InvalidRequest(f"webhook_url can never be delivered: {why}.",
+                                     param="webhook_url")
         if idempotency_key is not None:
             replay = await self._claim_idempotency(account.id, idempotency_key, body)
             if replay is not None:

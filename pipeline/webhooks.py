@@ -157,12 +157,9 @@ def register(record: WebhookDue, existing: Delivery | None, now: datetime) -> De
 
 
 def address_policy(settings: WebhookSettings) -> AddressPolicy:
-    """Where deliveries may go: public addresses always; private networks when
-    ``allow_private`` (the default, for receivers on the operator's own network);
-    loopback only when ``allow_loopback``; link-local, metadata, multicast and
-    reserved ranges never. Enforced at connect time on every hop."""
-    return AddressPolicy(allow_private=settings.allow_private,
-                         allow_loopback=settings.allow_loopback)
+    """Where deliveries may go (``WebhookSettings.address_policy``); enforced at connect
+    time on every hop."""
+    return settings.address_policy()
 
 
 def event_body(status: str, transcript_id: str, metadata: dict[str, Any],

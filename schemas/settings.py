@@ -19,6 +19,8 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError
 from pydantic_settings import (BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict,
                                TomlConfigSettingsSource)
 
+from security.addresses import AddressPolicy, UnsafeURL, check_url
+
 __all__ = ["Settings", "DefaultLimits", "EmbeddedPorts", "WebhookSettings", "ModelSettings",
            "RealtimeSettings", "SettingsError", "load_settings"]
 
@@ -52,6 +54,36 @@ class WebhookSettings(BaseModel):
     allow_private: bool = True
     """Self-hosted receivers often sit on private networks; loopback stays refused."""
     allow_loopback: bool = False
+
+    def address_policy(self) -> AddressPolicy:
+        """Where deliveries may go: public addresses always; private networks when
+        ``allow_private``; loopback only when ``allow_loopback``; link-local, metadata,
+        multicast and reserved ranges never."""
+        return AddressPolicy(allow_private=self.allow_private,
+                             allow_loopback=self.allow_loopback)
+
+    def undeliverable(self, url: str) -> str | None:
+        """Why no delivery to ``url`` could ever be made under these settings, naming the
+        setting that would allow it; None when one may be (a host name is judged by its
+        form only: where it resolves is known only when a delivery connects)."""
+        try:
+            check_url(url, self.address_policy())
+            return None
+        except UnsafeURL as exc:
+            why = str(exc)
+        for loopback, private in ((True, self.allow_private), (self.allow_loopback, True),
+                                  (True, True)):
+            try:
+                check_url(url, AddressPolicy(allow_private=private, allow_loopback=loopback))
+            except UnsafeURL:
+                continue
+            names = [n for n, on, was in (("A5S_WEBHOOKS__ALLOW_LOOPBACK", loopback,
+                                           self.allow_loopback),
+                                          ("A5S_WEBHOOKS__ALLOW_PRIVATE", private,
+                                           self.allow_private)) if on and not was]
+            return (f"{why}, and this server delivers webhooks there only with "
+                    f"{' and '.join(n + '=true' for n in names)}")
+        return f"{why}, and no setting allows webhooks there"
 
 
 class ModelSettings(BaseModel):

@@ -148,7 +148,6 @@ def test_refusals_reach_the_sdk_as_its_errors(stack: Stack,
         "speaker_options": aai.TranscriptionConfig(
             speaker_labels=True, speaker_options=aai.SpeakerOptions(max_speakers_expected=3)),
         "speakers_expected": aai.TranscriptionConfig(speakers_expected=2),
-        "punctuate": aai.TranscriptionConfig(punctuate=True),
         "speech_model": aai.TranscriptionConfig(speech_model=aai.SpeechModel.best),
         "language_code": aai.TranscriptionConfig(language_code="de"),
     }
