@@ -60,13 +60,14 @@ class Result:
 
 
 def run_item(path: Path, engine: WhisperEngine, vad: SileroVad, opts: VadOptions,
-             scratch: Path) -> str:
+             scratch: Path, hotwords: str | None = None) -> str:
+    """The batch path's verbatim text of one file; ``hotwords``: a job's key-term prompt."""
     pcm = scratch / "audio.pcm"
     with pcm.open("wb") as out:
         decode_to_pcm(path, out)
     words = []
     for chunk in plan_chunks(speech_regions(pcm, opts, vad), opts):
-        words += engine.transcribe(read_pcm(pcm, chunk), chunk.start)
+        words += engine.transcribe(read_pcm(pcm, chunk), chunk.start, hotwords)
     return " ".join(w.text for w in words)
 
 

@@ -25,9 +25,11 @@ cannot honour are refused with a message that says so (``schemas.assemblyai.REFU
 ``docs/compat.md`` lists every field.
 
 The options that shape the answer (``speaker_labels``, ``speakers_expected``, ``punctuate``,
-``format_text``, ``multichannel``, ``webhook_auth_header_name``, the ``redact_pii`` ones) are
-kept in the transcript's metadata under ``assemblyai``, so they live and are deleted with the
-transcript.
+``format_text``, ``multichannel``, ``keyterms_prompt``, ``word_boost``, ``boost_param``,
+``webhook_auth_header_name``, the ``redact_pii`` ones) are kept in the transcript's metadata
+under ``assemblyai``, so they live and are deleted with the transcript. Words are shown in the
+form ``punctuate`` and ``format_text`` ask for (``schemas.word_forms``); key terms go to the
+recogniser with the job's spec (``JobSpec.vocabulary``).
 
 ``multichannel`` transcribes each channel on its own (``JobSpec.multichannel``): the result's
 ``speaker_<n>`` is channel ``n``, answered as AssemblyAI does, ``channel`` and ``speaker``
@@ -48,7 +50,9 @@ from urllib.parse import urlencode, urlsplit
 
 from schemas.api import (CreateTranscript, DeletedTranscript, Transcript, TranscriptSummary, Word,
                          normalise_language)
-from schemas.assemblyai import (PII_POLICIES_REFUSED, REFUSED, AaiCreateTranscript, AaiError,
+from schemas.assemblyai import (BOOST_STRENGTH, KEYTERM_MAX_CHARS, KEYTERM_MAX_WORDS,
+                                KEYTERMS_MAX, KEYTERMS_MAX_CHARS, KEYTERMS_STRENGTH,
+                                PII_POLICIES_REFUSED, REFUSED, AaiCreateTranscript, AaiError,
                                 AaiPageDetails, AaiRedactedAudio, AaiRedactedAudioPending,
                                 AaiTranscript, AaiTranscriptItem, AaiTranscriptList, AaiUpload,
                                 AaiUtterance, AaiWord, is_off)
@@ -68,10 +72,10 @@ from .subtitles import render_srt, render_vtt
 from .subtitles_handler import SUBTITLE_TYPES, completed_row_result, parse_subtitle_query
 from .transcripts import parse_list_query
 
-__all__ = ["aai_routes", "create_body", "pii_redaction", "aai_transcript", "aai_list",
-           "speaker_letter", "speaker_channel", "upload_url", "upload_file_id", "unlabelled",
-           "text_switches", "redacted_audio_path", "OPTIONS_KEY", "WORD_CONFIDENCE",
-           "REDACTED_AUDIO_URL_TTL_S"]
+__all__ = ["aai_routes", "create_body", "pii_redaction", "vocabulary_of", "aai_transcript",
+           "aai_list", "speaker_letter", "speaker_channel", "upload_url", "upload_file_id",
+           "unlabelled", "text_switches", "redacted_audio_path", "OPTIONS_KEY",
+           "WORD_CONFIDENCE", "REDACTED_AUDIO_URL_TTL_S"]
 
 OPTIONS_KEY = "assemblyai"
 """The metadata key under which a ``/v2`` transcript keeps the options that shape its answer."""
@@ -181,6 +185,7 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
                              "diarize within a channel; with multichannel each channel is one "
                              "speaker. Leave out one of the two.", param="speaker_labels")
     redaction = pii_redaction(req)
+    vocabulary_of(req)
     language = req.language_code or "en"
     try:
         language = normalise_language(_LANGUAGES.get(language.lower(), language))
@@ -193,7 +198,8 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
         "metadata": {OPTIONS_KEY: {
             "speaker_labels": bool(req.speaker_labels),
             "speakers_expected": req.speakers_expected, "punctuate": req.punctuate,
-            "format_text": req.format_text,
+            "format_text": req.format_text, "keyterms_prompt": req.keyterms_prompt,
+            "word_boost": req.word_boost, "boost_param": req.boost_param,
             **({"multichannel": True} if req.multichannel else {}),
             "webhook_auth_header_name": req.webhook_auth_header_name,
             **({"redact_pii": True, "redact_pii_policies": redaction.policies,
@@ -210,6 +216,36 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
         if getattr(req, name) is not None:
             body[name] = getattr(req, name)
     return body
+
+
+def vocabulary_of(req: AaiCreateTranscript) -> list[tuple[str, int]] | None:
+    """The job's key terms as ``(term, strength)`` (the live sessions' custom vocabulary):
+    ``keyterms_prompt``, or ``word_boost`` at the strength ``boost_param`` names. Refuses
+    both at once, ``boost_param`` alone, and terms past the limits."""
+    if req.keyterms_prompt and req.word_boost:
+        raise InvalidRequest("Give key terms in keyterms_prompt or in word_boost, not both.",
+                             param="word_boost")
+    if req.boost_param is not None and not req.word_boost:
+        raise InvalidRequest("boost_param needs word_boost.", param="boost_param")
+    name = "keyterms_prompt" if req.keyterms_prompt else "word_boost"
+    terms = req.keyterms_prompt or req.word_boost
+    if not terms:
+        return None
+    if len(terms) > KEYTERMS_MAX:
+        raise InvalidRequest(f"{name} takes at most {KEYTERMS_MAX} terms; {len(terms)} were "
+                             "given.", param=name)
+    for term in terms:
+        if not term.strip() or len(term) > KEYTERM_MAX_CHARS \
+                or len(term.split()) > KEYTERM_MAX_WORDS:
+            raise InvalidRequest(f"Each {name} term must be 1 to {KEYTERM_MAX_CHARS} "
+                                 f"characters and at most {KEYTERM_MAX_WORDS} words; "
+                                 f"{term[:40]!r} is not.", param=name)
+    if sum(len(t) for t in terms) > KEYTERMS_MAX_CHARS:
+        raise InvalidRequest(f"{name} terms may hold {KEYTERMS_MAX_CHARS} characters in all "
+                             "(the model's prompt holds no more).", param=name)
+    strength = (BOOST_STRENGTH[req.boost_param or "default"] if req.word_boost
+                else KEYTERMS_STRENGTH)
+    return [(t.strip(), strength) for t in terms]
 
 
 _Key = tuple[float, float, str]
@@ -269,6 +305,8 @@ def aai_transcript(transcript: Transcript, base_url: str,
         punctuate=punctuate, format_text=format_text,
         speaker_labels=labels, speakers_expected=options.get("speakers_expected"),
         multichannel=True if channels else None,
+        keyterms_prompt=options.get("keyterms_prompt"), word_boost=options.get("word_boost"),
+        boost_param=options.get("boost_param"),
         webhook_url=transcript.webhook_url,
         webhook_auth=options.get("webhook_auth_header_name") is not None,
         webhook_auth_header_name=options.get("webhook_auth_header_name"),
@@ -423,7 +461,8 @@ class AaiTranscriptsHandler(_AaiJobs):
                                                webhook_format="assemblyai",
                                                speakers_expected=req.speakers_expected,
                                                multichannel=bool(req.multichannel),
-                                               redaction=pii_redaction(req))
+                                               redaction=pii_redaction(req),
+                                               vocabulary=vocabulary_of(req))
         self.send(aai_transcript(transcript, self.base_url))
 
     async def get(self) -> None:
@@ -472,8 +511,8 @@ class AaiSubtitlesHandler(_AaiJobs):
         who = await self.authenticate()
         _, options = parse_subtitle_query(fmt, self.get_query_argument("chars_per_caption", None))
         row, result = await completed_row_result(self.jobs, who.account.id, transcript_id)
-        options = row.summary().metadata.get(OPTIONS_KEY) or {}
-        result = unlabelled(result.in_form(*text_switches(options)))
+        asked = row.summary().metadata.get(OPTIONS_KEY) or {}
+        result = unlabelled(result.in_form(*text_switches(asked)))
         text = render_srt(result, options) if fmt == "srt" else render_vtt(result, options)
         self.set_header("Content-Type", SUBTITLE_TYPES[fmt])
         self.finish(text.encode())

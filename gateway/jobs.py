@@ -51,12 +51,15 @@ class JobService:
                      webhook_format: Literal["a5s", "assemblyai"] = "a5s",
                      speakers_expected: int | None = None,
                      multichannel: bool = False,
-                     redaction: PiiRedaction | None = None) -> tuple[Transcript, bool]:
+                     redaction: PiiRedaction | None = None,
+                     vocabulary: list[tuple[str, int]] | None = None,
+                     ) -> tuple[Transcript, bool]:
         """Returns the transcript and whether it was created now (201) or replayed (200).
 
         ``webhook_format`` is the body its webhook will have (``assemblyai`` for ``/v2``);
         ``speakers_expected`` is a speaker count for diarization, ``multichannel`` transcribes
-        each channel on its own and ``redaction`` is the PII to redact (``/v2`` only)."""
+        each channel on its own, ``redaction`` is the PII to redact and ``vocabulary`` the
+        key terms for the recogniser, ``(term, strength)`` (``/v2`` only)."""
         account = who.account
         wait = await self.ctx.redis.take_rate(f"create:{account.id}",
                                               account.max_requests_per_minute)
@@ -76,7 +79,7 @@ class JobService:
                 return replay, False
         try:
             transcript = await self._admit(who, body, webhook_format, speakers_expected,
-                                           multichannel, redaction)
+                                           multichannel, redaction, vocabulary)
         except BaseException:
             if idempotency_key is not None:
                 await self.ctx.redis.delete(*IDEMPOTENCY.key(account.id,
@@ -116,7 +119,8 @@ class JobService:
     async def _admit(self, who: Principal, body: CreateTranscript,
                      webhook_format: Literal["a5s", "assemblyai"],
                      speakers_expected: int | None, multichannel: bool = False,
-                     redaction: PiiRedaction | None = None) -> Transcript:
+                     redaction: PiiRedaction | None = None,
+                     vocabulary: list[tuple[str, int]] | None = None) -> Transcript:
         account, ctx = who.account, self.ctx
         if not account.async_enabled:
             raise ModelAccessDenied(f"This account has no access to {ASYNC_MODEL}.",
@@ -138,7 +142,7 @@ class JobService:
                        webhook_auth_header_name=body.webhook_auth_header_name,
                        metadata=body.metadata, webhook_format=webhook_format,
                        speakers_expected=speakers_expected, multichannel=multichannel,
-                       redaction=redaction)
+                       redaction=redaction, vocabulary=vocabulary)
         row = TranscriptRow(id=tid, account_id=account.id, key_id=who.key.key_id,
                             created_at=now, status="queued", audio_url=body.audio_url,
                             file_id=body.file_id, language_code=body.language_code,

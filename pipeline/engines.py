@@ -252,8 +252,10 @@ class Engines:
         regions = speech_regions(pcm, opts, self.vad)
         return regions, plan_chunks(regions, opts)
 
-    async def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
-        """Recognise a job's chunks, batched with the chunks of the other jobs in flight.
+    async def transcribe(self, pcm: Path, chunks: list[Region],
+                         hotwords: str | None = None) -> list[TimedWord]:
+        """Recognise a job's chunks, batched with the chunks of the other jobs in flight
+        (those with the same ``hotwords``: the job's key terms, Whisper's prompt).
 
         At most a batch per ASR worker of the job's chunks are read and waiting at
         once, so a long file never holds all its audio in memory, yet fills every
@@ -266,7 +268,7 @@ class Engines:
         async def one(chunk: Region) -> list[TimedWord]:
             async with window:
                 audio = await asyncio.to_thread(_read_chunk, pcm, chunk)
-                return await self.batcher.transcribe(audio, chunk.start, rank)
+                return await self.batcher.transcribe(audio, chunk.start, rank, hotwords)
 
         words: list[TimedWord] = []
         for part in await asyncio.gather(*(one(c) for c in chunks)):

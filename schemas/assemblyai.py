@@ -17,9 +17,22 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 __all__ = ["AaiCreateTranscript", "AaiWord", "AaiUtterance", "AaiTranscript", "AaiTranscriptItem",
            "AaiPageDetails", "AaiTranscriptList", "AaiUpload", "AaiError", "AaiWebhook",
            "AaiRedactedAudio", "AaiRedactedAudioPending", "REFUSED", "PII_POLICIES_REFUSED",
-           "SPEECH_MODEL_USED", "is_off"]
+           "SPEECH_MODEL_USED", "is_off", "KEYTERMS_MAX", "KEYTERM_MAX_CHARS",
+           "KEYTERM_MAX_WORDS", "KEYTERMS_MAX_CHARS", "BOOST_STRENGTH", "KEYTERMS_STRENGTH"]
 
 SPEECH_MODEL_USED = "a5s-async-v1"
+
+KEYTERMS_MAX = 100
+"""Key terms a job takes (``keyterms_prompt`` or ``word_boost``), at most."""
+KEYTERM_MAX_CHARS = 100
+KEYTERM_MAX_WORDS = 6
+"""A term's length, characters and words (AssemblyAI's own word limit)."""
+KEYTERMS_MAX_CHARS = 1000
+"""All the terms together, characters: Whisper's prompt holds about 220 tokens."""
+BOOST_STRENGTH = {"low": 3, "default": 6, "high": 9}
+"""``boost_param`` as the custom-vocabulary strength of live sessions (0-12)."""
+KEYTERMS_STRENGTH = 6
+"""The strength of a ``keyterms_prompt`` term."""
 
 _NO_EXTRAS = "a5s does not run AssemblyAI's audio intelligence models"
 REFUSED: dict[str, str] = {
@@ -30,12 +43,9 @@ REFUSED: dict[str, str] = {
     "audio_channels": "a response field, not an option",
     "audio_start_from": "a5s transcribes the whole file; trim the audio before upload",
     "audio_end_at": "a5s transcribes the whole file; trim the audio before upload",
-    "word_boost": "a5s has no custom vocabulary for batch jobs",
-    "boost_param": "a5s has no custom vocabulary for batch jobs",
     "custom_spelling": "a5s has no custom spelling; map words after the transcript",
-    "keyterms_prompt": "a5s does not prompt its batch model",
-    "keyterms_prompt_options": "a5s does not prompt its batch model",
-    "prompt": "a5s does not prompt its batch model",
+    "keyterms_prompt_options": "a5s takes key terms as keyterms_prompt alone",
+    "prompt": "a5s does not take a free-text prompt; give key terms in keyterms_prompt",
     "temperature": "a5s decodes with fixed settings",
     "disfluencies": "a5s transcripts are verbatim as the model hears them; fillers are not "
                     "added back",
@@ -111,6 +121,9 @@ class AaiCreateTranscript(BaseModel):
     speaker_labels: StrictBool | None = None
     speakers_expected: StrictInt | None = Field(None, ge=1, le=20)
     multichannel: StrictBool | None = None
+    keyterms_prompt: list[StrictStr] | None = None
+    word_boost: list[StrictStr] | None = None
+    boost_param: Literal["low", "default", "high"] | None = None
     webhook_url: StrictStr | None = None
     webhook_auth_header_name: StrictStr | None = None
     webhook_auth_header_value: StrictStr | None = None
@@ -149,6 +162,9 @@ class AaiTranscript(_Model):
     speakers_expected: int | None = None
     multichannel: bool | None = None
     audio_channels: int | None = None
+    keyterms_prompt: list[str] | None = None
+    word_boost: list[str] | None = None
+    boost_param: str | None = None
     webhook_url: str | None = None
     webhook_auth: bool = False
     webhook_auth_header_name: str | None = None

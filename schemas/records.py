@@ -78,6 +78,9 @@ class JobSpec(Record):
     ``multichannel``); false: the channels are mixed down to one and diarized."""
     redaction: PiiRedaction | None = None
     """PII to redact from the words (and audio) before anything stores them (``/v2``)."""
+    vocabulary: list[tuple[str, int]] | None = None
+    """Key terms for the recogniser (``/v2`` ``keyterms_prompt`` or ``word_boost``), as
+    ``(term, strength 0-12)``, the live sessions' custom vocabulary; None: none."""
 
 
 Channels = Annotated[int | None, Field(ge=1)]

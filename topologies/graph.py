@@ -146,7 +146,8 @@ GRAPH: tuple[Node, ...] = (
          objects_written=(O.SPEECH, O.CHANNEL_SPEECH, O.CHUNKS),
          redis_read=(R.CANCELED,)),
     Node("transcribe", "stage", "Whisper (CTranslate2) word-timed recognition of each chunk; "
-         "PII redacted from the words (and audio) before they are stored",
+         "PII redacted from the words (and audio) before they are stored; prompted with the job's "
+         "key terms",
          handler="pipeline.stages.transcribe:run", batched=True,
          reads=(CHUNKS,), writes=(TRANSCRIBED, OUTCOMES),
          objects_read=(O.AUDIO, O.CHANNEL_AUDIO, O.WORDS, O.SPEC),

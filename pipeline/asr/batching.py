@@ -66,6 +66,8 @@ class _Request:
     enqueued: float = field(default_factory=time.monotonic)
     rank: float = 0.0
     """Served in this order (then ``enqueued``); the job's arrival at the stage."""
+    hotwords: str | None = None
+    """The job's key terms for the recogniser's prompt; a batch holds one prompt only."""
 
     @property
     def duration(self) -> float:
@@ -150,16 +152,18 @@ class BatchingTranscriber:
                 "a5s_asr_batch_size", "Chunks per batched ASR call.",
                 buckets=(1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64), registry=registry)
 
-    async def transcribe(self, audio: np.ndarray, offset: float, rank: float | None = None
-                         ) -> list[TimedWord]:
+    async def transcribe(self, audio: np.ndarray, offset: float, rank: float | None = None,
+                         hotwords: str | None = None) -> list[TimedWord]:
         """Recognise one chunk (batched with whatever else is waiting); see ``AsrEngine``.
 
         ``rank``: requests are served in its order (default: their arrival).
+        ``hotwords``: key terms for the engine's prompt (engines with ``takes_hotwords``);
+        the chunk is batched only with chunks of the same terms.
         """
         loop = asyncio.get_running_loop()
         now = time.monotonic()
         request = _Request(audio, offset, loop.create_future(), now,
-                           now if rank is None else rank)
+                           now if rank is None else rank, hotwords)
         self._pending.append(request)
         self._ensure_loop()
         assert self._wake is not None
@@ -218,10 +222,11 @@ class BatchingTranscriber:
                 except TimeoutError:
                     pass
                 continue
-            picked = choose_batch([r.duration for r in self._pending], self.opts.max_batch)
-            batch = [self._pending[i] for i in picked]
-            chosen = set(picked)
-            self._pending = [r for i, r in enumerate(self._pending) if i not in chosen]
+            alike = [r for r in self._pending if r.hotwords == self._pending[0].hotwords]
+            picked = choose_batch([r.duration for r in alike], self.opts.max_batch)
+            batch = [alike[i] for i in picked]
+            chosen = {id(r) for r in batch}
+            self._pending = [r for r in self._pending if id(r) not in chosen]
             task = asyncio.get_running_loop().create_task(self._decode(batch))
             self._running.add(task)
             task.add_done_callback(self._running.discard)
@@ -235,8 +240,9 @@ class BatchingTranscriber:
             self._histogram.observe(len(batch))
         self._maybe_summarise(now)
         items = [(r.audio, r.offset) for r in batch]
+        hotwords = batch[0].hotwords
         try:
-            results = await self._run(self._decode_on_pool, items)
+            results = await self._run(self._decode_on_pool, items, hotwords)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # one bad chunk must not fail its batch-mates
@@ -248,7 +254,8 @@ class BatchingTranscriber:
             for request in batch:
                 try:
                     words = await self._run(self._decode_on_pool, [(request.audio,
-                                                                    request.offset)])
+                                                                    request.offset)],
+                                            hotwords)
                 except asyncio.CancelledError:
                     raise
                 except Exception as single:  # delivered to the job that owns the chunk
@@ -259,11 +266,15 @@ class BatchingTranscriber:
         for request, words in zip(batch, results, strict=True):
             _settle(request.future, words)
 
-    def _decode_on_pool(self, items: list[tuple[np.ndarray, float]]) -> list[list[TimedWord]]:
+    def _decode_on_pool(self, items: list[tuple[np.ndarray, float]],
+                        hotwords: str | None = None) -> list[list[TimedWord]]:
         engine = self._engine()
+        # Only an engine that takes a prompt gets the key terms (the transducers take none).
+        extra = {"hotwords": hotwords} if hotwords and getattr(engine, "takes_hotwords",
+                                                               False) else {}
         if len(items) > 1 and hasattr(engine, "transcribe_batch"):
-            return list(engine.transcribe_batch(items))
-        return [engine.transcribe(audio, offset) for audio, offset in items]
+            return list(engine.transcribe_batch(items, **extra))
+        return [engine.transcribe(audio, offset, **extra) for audio, offset in items]
 
     def _maybe_summarise(self, now: float) -> None:
         if now - self._summarised >= self.opts.summary_interval_s and \

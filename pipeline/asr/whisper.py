@@ -87,6 +87,10 @@ class WhisperOptions(BaseModel):
 class WhisperEngine:
     """Whisper model, loaded once; :meth:`transcribe` may run on ``opts.workers`` threads."""
 
+    takes_hotwords = True
+    """:meth:`transcribe` and :meth:`transcribe_batch` take a job's key terms (``hotwords``):
+    faster-whisper's previous-text prompt, which biases the decoder toward their spelling."""
+
     def __init__(self, model_dir: str | Path, opts: WhisperOptions | None = None, *,
                  name: str | None = None) -> None:
         """Load the CTranslate2 model in ``model_dir`` (see ``pipeline.models.resolve_whisper``).
@@ -112,20 +116,24 @@ class WhisperEngine:
                                        local_files_only=True)
         self._silence_peak = 10 ** (opts.silence_peak_dbfs / 20)
 
-    def transcribe(self, audio: np.ndarray, offset: float) -> list[TimedWord]:
-        """Recognise one chunk (at most 30 s); see :class:`~pipeline.asr.base.AsrEngine`."""
+    def transcribe(self, audio: np.ndarray, offset: float,
+                   hotwords: str | None = None) -> list[TimedWord]:
+        """Recognise one chunk (at most 30 s); see :class:`~pipeline.asr.base.AsrEngine`.
+
+        ``hotwords``: key terms written into the decoder's prompt (None: no prompt)."""
         audio = np.ascontiguousarray(audio, dtype=np.float32)
         if audio.size == 0 or float(np.max(np.abs(audio))) < self._silence_peak:
             return []
         o = self.opts
         if o.window_pad_frames is not None and o.hallucination_silence_threshold_s is None:
-            segments = self._decode_fitted([audio])[0]
+            segments = self._decode_fitted([audio], hotwords)[0]
             if segments is not None:
                 return self._words(segments, audio, offset)
             self.batch_fallbacks += 1
-        return self._transcribe_full(audio, offset)
+        return self._transcribe_full(audio, offset, hotwords)
 
-    def _transcribe_full(self, audio: np.ndarray, offset: float) -> list[TimedWord]:
+    def _transcribe_full(self, audio: np.ndarray, offset: float,
+                         hotwords: str | None = None) -> list[TimedWord]:
         """faster-whisper's own loop: 30 s windows and the whole temperature ladder."""
         o = self.opts
         with map_engine_errors("ctranslate2"):
@@ -134,11 +142,13 @@ class WhisperEngine:
                 compression_ratio_threshold=o.compression_ratio_threshold,
                 log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold,
                 condition_on_previous_text=False, word_timestamps=True, vad_filter=False,
-                hallucination_silence_threshold=o.hallucination_silence_threshold_s)
+                hallucination_silence_threshold=o.hallucination_silence_threshold_s,
+                hotwords=hotwords)
             segments = list(segments)  # the generator decodes lazily: drain it here
         return self._words(segments, audio, offset)
 
-    def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]]) -> list[list[TimedWord]]:
+    def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]],
+                         hotwords: str | None = None) -> list[list[TimedWord]]:
         """Recognise several chunks (at most 30 s each) in one batched decode.
 
         The results are those of :meth:`transcribe` on each chunk: the same
@@ -148,6 +158,7 @@ class WhisperEngine:
 
         Args:
             items: ``(audio, offset)`` pairs as for :meth:`transcribe`.
+            hotwords: key terms for every chunk's prompt, as for :meth:`transcribe`.
 
         Returns:
             The words of each chunk, in the order of ``items``.
@@ -161,18 +172,19 @@ class WhisperEngine:
                 live.append((i, audio, offset))
         if len(live) < 2 or o.hallucination_silence_threshold_s is not None:
             for i, audio, offset in live:  # nothing to batch, or a guard only the loop has
-                out[i] = self.transcribe(audio, offset)
+                out[i] = self.transcribe(audio, offset, hotwords)
             return out
-        decoded = self._decode_fitted([a for _, a, _ in live])
+        decoded = self._decode_fitted([a for _, a, _ in live], hotwords)
         for (i, audio, offset), segments in zip(live, decoded, strict=True):
             if segments is None:
                 self.batch_fallbacks += 1
-                out[i] = self._transcribe_full(audio, offset)
+                out[i] = self._transcribe_full(audio, offset, hotwords)
             else:
                 out[i] = self._words(segments, audio, offset)
         return out
 
-    def _decode_fitted(self, audios: list[np.ndarray]) -> list[list | None]:
+    def _decode_fitted(self, audios: list[np.ndarray],
+                       hotwords: str | None = None) -> list[list | None]:
         """One temperature-0 pass over ``audios`` (see :mod:`pipeline.asr.whisper_batch`)."""
         from .whisper_batch import BatchDecodeOptions, decode_batch
 
@@ -183,7 +195,7 @@ class WhisperEngine:
                 compression_ratio_threshold=o.compression_ratio_threshold,
                 log_prob_threshold=o.log_prob_threshold, no_speech_threshold=o.no_speech_threshold,
                 window_pad_frames=o.window_pad_frames, min_window_frames=o.min_window_frames,
-                timestamp_tokens=o.timestamp_tokens))
+                timestamp_tokens=o.timestamp_tokens, hotwords=hotwords))
 
     def _words(self, segments: list, audio: np.ndarray, offset: float) -> list[TimedWord]:
         """Words of a chunk's segments, past the hallucination checks, with file times."""

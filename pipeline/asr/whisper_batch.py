@@ -75,6 +75,9 @@ class BatchDecodeOptions:
     """The smallest fitted window, 10 ms frames."""
     timestamp_tokens: bool = True
     """Decode with timestamp tokens (faster-whisper's way); off: ``<|notimestamps|>``."""
+    hotwords: str | None = None
+    """Key terms written before the start of the transcript (faster-whisper's ``hotwords``
+    prompt); None: no prompt."""
 
 
 def window_frames(sizes: Sequence[int], opts: BatchDecodeOptions, full: int) -> int:
@@ -154,7 +157,8 @@ def decode_batch(model: Any, audios: Sequence[np.ndarray],
     window = window_frames(sizes, opts, fe.nb_max_frames)
     windows = [pad_or_trim(f, window) for f in features]
     encoder_output = model.encode(np.stack(windows))
-    prompt = model.get_prompt(tokenizer, [], without_timestamps=not opts.timestamp_tokens)
+    prompt = model.get_prompt(tokenizer, [], without_timestamps=not opts.timestamp_tokens,
+                              hotwords=opts.hotwords)
     results = model.model.generate(
         encoder_output, [list(prompt) for _ in audios], beam_size=opts.beam_size, patience=1,
         length_penalty=1, repetition_penalty=1, no_repeat_ngram_size=0,

@@ -4,7 +4,8 @@ job's chunks each from its own channel's audio, its words marked with that chann
 A job that asks for PII redaction has its words redacted here, before they are first
 stored: nothing downstream (the result, ClickHouse, the topics, webhooks) ever holds
 the words as spoken. The redacted audio, when asked for, is written before the words,
-so a replay that finds the words stored finds it too.
+so a replay that finds the words stored finds it too. A job with key terms
+(``JobSpec.vocabulary``) has the recogniser prompted with them.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..types import Region, TimedWord
 from .common import inputs_missing, plan_step
 from .ports import Ports
 
-__all__ = ["by_channel", "run"]
+__all__ = ["by_channel", "hotwords", "run"]
 
 
 def by_channel(chunks: list[Chunk]) -> dict[int | None, list[Region]]:
@@ -33,6 +34,17 @@ def by_channel(chunks: list[Chunk]) -> dict[int | None, list[Region]]:
     for c in chunks:
         out.setdefault(c.channel, []).append(Region(c.start, c.end))
     return out
+
+
+def hotwords(vocabulary: list[tuple[str, int]] | None) -> str | None:
+    """The recogniser's prompt for a job's key terms, as a live session's custom
+    vocabulary is written (:class:`~pipeline.realtime.vocabulary.Vocabulary`); None for
+    none."""
+    if not vocabulary:
+        return None
+    from ..realtime.vocabulary import Vocabulary, VocabularyTerm
+    text = Vocabulary([VocabularyTerm(text=t, strength=s) for t, s in vocabulary]).prompt_text
+    return text or None
 
 
 async def run(ports: Ports, plan: ChunkPlan) -> None:
@@ -48,7 +60,7 @@ async def run(ports: Ports, plan: ChunkPlan) -> None:
         chunks = by_channel(plan.chunks) or ({} if plan.channels else {None: []})
         try:
             spec = JobSpec.model_validate_json(await ports.objects.get_bytes(files.spec))
-            words = await _recognise(ports, files, chunks)
+            words = await _recognise(ports, files, chunks, hotwords(spec.vocabulary))
             if spec.redaction is not None:
                 words = await _redact(ports, files, words, spec.redaction)
         except ObjectMissing as exc:
@@ -59,13 +71,15 @@ async def run(ports: Ports, plan: ChunkPlan) -> None:
         result_key=files.words, channels=plan.channels))
 
 
-async def _recognise(ports: Ports, files: JobFiles,
-                     chunks: dict[int | None, list[Region]]) -> list[TimedWord]:
-    """All channels at once, so their chunks share the recogniser's batches."""
+async def _recognise(ports: Ports, files: JobFiles, chunks: dict[int | None, list[Region]],
+                     prompt: str | None = None) -> list[TimedWord]:
+    """All channels at once, so their chunks share the recogniser's batches; ``prompt``:
+    the job's key terms (:func:`hotwords`)."""
     async with contextlib.AsyncExitStack() as stack:
         pcms = {n: await stack.enter_async_context(ports.objects.local_copy(
             files.channel_audio(n))) for n in chunks}
-        parts = await asyncio.gather(*(ports.models.run(ports.models.transcribe, pcms[n], regions)
+        parts = await asyncio.gather(*(ports.models.run(ports.models.transcribe, pcms[n], regions,
+                                                        prompt)
                                        for n, regions in chunks.items()))
     return [w if n is None else dataclasses.replace(w, channel=n)
             for n, part in zip(chunks, parts) for w in part]

@@ -93,6 +93,7 @@ class FakeModels:
         self.duration = duration
         self.audio_channels = 2
         self.result = TranscriptResult(text="hello world")
+        self.hotwords: str | None = None
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         out = fn(*args)
@@ -117,8 +118,10 @@ class FakeModels:
         self.calls["speech"] += 1
         return [Region(0.1, 1.0), Region(1.2, 2.4)], [Region(0.1, 2.4)]
 
-    async def transcribe(self, pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+    async def transcribe(self, pcm: Path, chunks: list[Region],
+                         hotwords: str | None = None) -> list[TimedWord]:
         self.calls["transcribe"] += 1
+        self.hotwords = hotwords
         return [TimedWord("hello", 0.1, 0.5), TimedWord("world", 0.6, 1.0)]
 
     def diarize(self, pcm: Path, speech: Any, words: Any, speakers: int | None) -> Any:
@@ -176,12 +179,13 @@ class Harness:
 
     async def job(self, tid: str = "tr_1", *, status: str = "processing",
                   file_id: str | None = None, webhook_url: str | None = None,
-                  speakers: int | None = None, multichannel: bool = False) -> TranscriptRow:
+                  speakers: int | None = None, multichannel: bool = False,
+                  vocabulary: list[tuple[str, int]] | None = None) -> TranscriptRow:
         """A transcript row and its spec, as the gateway records them."""
         spec = JobSpec(transcript_id=tid, account_id="acct", key_id="key", created_at=T0,
                        audio_url=None if file_id else "https://audio.example/a.wav",
                        file_id=file_id, webhook_url=webhook_url, speakers_expected=speakers,
-                       multichannel=multichannel)
+                       multichannel=multichannel, vocabulary=vocabulary)
         await self.objects.put_bytes(JobFiles(tid).spec, spec.model_dump_json().encode())
         row = TranscriptRow(id=tid, account_id="acct", key_id="key", created_at=T0,
                             status=status, file_id=file_id, webhook_url=webhook_url,
