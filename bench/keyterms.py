@@ -88,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
                       f"{path}\n      hyp: {hyp}")
             total += len(terms)
         results: dict[bool, list[Result]] = {False: [], True: []}
+        print("\nother items, given every term: those whose text the terms changed")
         for item in others:
             for prompted in (False, True):
                 hyp = run_item(args.eval / item["path"], engine, vad, opts, Path(scratch),
@@ -95,6 +96,11 @@ def main(argv: list[str] | None = None) -> None:
                 results[prompted].append(Result(item["path"], item["path"].split("/")[1],
                                                 item["duration"], 0.0,
                                                 by_path[item["path"]]["reference_text"], hyp))
+            before, after = results[False][-1].hypothesis, results[True][-1].hypothesis
+            if before != after:
+                print(f"  changed by the terms: {item['path']}\n      ref:     "
+                      f"{plain_words(item['reference_text'])}\n      without: {before}\n"
+                      f"      with:    {after}")
     before, words = wer(results[False], plain_words)
     after, _ = wer(results[True], plain_words)
     print(f"\nKEY TERMS: recall {found[False]}/{total} ({found[False] / total:.0%}) without, "
