@@ -7,8 +7,9 @@ key-term prompt a job gets (``pipeline.stages.transcribe.hotwords``, every term 
 default strength):
 
 * items whose reference holds rare terms (product names, jargon: the Asterisk PBX prompts of
-  the eval set), each with its own terms: the recall of those terms, a term counted where
-  its words appear in a row in the verbatim hypothesis;
+  the eval set, and words Whisper base missed on a scan of the eval set's words found in
+  one reference only), each with its own terms: the recall of those terms, a term counted
+  where its words appear in a row in the verbatim hypothesis;
 * other items (round-robin over the scored groups, as ``bench.asr --limit``), each with
   every term above, as a user would send the same vocabulary with every job: pooled WER
   (lowercase, no punctuation, as ``bench.asr``), which the prompt should leave unchanged.
@@ -38,6 +39,10 @@ TERM_ITEMS: dict[str, tuple[str, ...]] = {
     "real/asterisk_16k/demo-nogo.wav": ("Digium", "Asterisk"),
     "real/asterisk_16k/demo-congrats.wav": ("Asterisk", "PBX"),
     "real/asterisk_16k/basic-pbx-ivr-main.wav": ("Super Awesome Company", "Waldo's"),
+    "real/asterisk_16k/conf-errormenu.wav": ("Invalid Choice",),
+    "real/asterisk_16k/dictate/truncating_audio.wav": ("truncating",),
+    "real/asterisk_16k/dictate/both_help.wav": ("dictation filename",),
+    "real/speechbrain/LJ050-0131.wav": ("thereunder",),
 }
 """Eval items with rare terms in their reference, and those terms."""
 STRENGTH = 6

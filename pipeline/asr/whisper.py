@@ -11,7 +11,10 @@ its own checks:
 * a "doubtful" segment (no-speech probability of at least ``doubtful_no_speech``)
   is dropped when its log-probability or mean word probability is low, and
   loses its very unlikely words otherwise;
-* a phrase repeated more than ``max_repeats`` times in a row is kept once.
+* a phrase repeated more than ``max_repeats`` times in a row is kept once;
+* prompted with a job's key terms, Whisper may write them again after the speech ends (an
+  echo of its prompt: "... a standard telephone. Asterisk, PBX." at 0.17 and 0.004): words
+  at the end of a chunk that are prompt words below ``prompt_echo_probability`` are dropped.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..text import collapse_repeats, normalise_words
+from ..text import collapse_repeats, normalise_text, normalise_words
 from ..types import SAMPLE_RATE, TimedWord
 from .base import map_engine_errors, resolve_device
 from .word_edges import snap_to_sound
@@ -79,6 +82,9 @@ class WhisperOptions(BaseModel):
     """Decode with timestamp tokens; off, the fitted-window path prompts
     ``<|notimestamps|>`` (far cheaper beam search on a GPU) and takes the word times from
     the alignment alone (:mod:`pipeline.asr.whisper_batch`)."""
+    prompt_echo_probability: float = Field(0.5, ge=0, le=1)
+    """With key terms in the prompt, trailing words of a chunk that are prompt words and less
+    likely than this are an echo of the prompt: dropped."""
     snap_word_edges: bool = True
     """Move word edges that the alignment left inside a pause to the sound
     (:mod:`pipeline.asr.word_edges`): the same times whatever the window, batch or CPU."""
@@ -128,7 +134,7 @@ class WhisperEngine:
         if o.window_pad_frames is not None and o.hallucination_silence_threshold_s is None:
             segments = self._decode_fitted([audio], hotwords)[0]
             if segments is not None:
-                return self._words(segments, audio, offset)
+                return self._words(segments, audio, offset, hotwords)
             self.batch_fallbacks += 1
         return self._transcribe_full(audio, offset, hotwords)
 
@@ -145,7 +151,7 @@ class WhisperEngine:
                 hallucination_silence_threshold=o.hallucination_silence_threshold_s,
                 hotwords=hotwords)
             segments = list(segments)  # the generator decodes lazily: drain it here
-        return self._words(segments, audio, offset)
+        return self._words(segments, audio, offset, hotwords)
 
     def transcribe_batch(self, items: Sequence[tuple[np.ndarray, float]],
                          hotwords: str | None = None) -> list[list[TimedWord]]:
@@ -180,7 +186,7 @@ class WhisperEngine:
                 self.batch_fallbacks += 1
                 out[i] = self._transcribe_full(audio, offset, hotwords)
             else:
-                out[i] = self._words(segments, audio, offset)
+                out[i] = self._words(segments, audio, offset, hotwords)
         return out
 
     def _decode_fitted(self, audios: list[np.ndarray],
@@ -197,7 +203,8 @@ class WhisperEngine:
                 window_pad_frames=o.window_pad_frames, min_window_frames=o.min_window_frames,
                 timestamp_tokens=o.timestamp_tokens, hotwords=hotwords))
 
-    def _words(self, segments: list, audio: np.ndarray, offset: float) -> list[TimedWord]:
+    def _words(self, segments: list, audio: np.ndarray, offset: float,
+               hotwords: str | None = None) -> list[TimedWord]:
         """Words of a chunk's segments, past the hallucination checks, with file times."""
         o = self.opts
         length = audio.size / SAMPLE_RATE
@@ -214,7 +221,7 @@ class WhisperEngine:
                 end = min(max(float(w.end), start), length)
                 raw.append(TimedWord(w.word, round(offset + start, 3), round(offset + end, 3),
                                      round(float(w.probability), 4)))
-        words = _join_pieces(raw)
+        words = _drop_prompt_echo(_join_pieces(raw), hotwords, o.prompt_echo_probability)
         if o.snap_word_edges:
             words = snap_to_sound(words, audio, offset, SAMPLE_RATE)
         return collapse_repeats(normalise_words(words, formatted=True), o.max_repeats)
@@ -224,6 +231,22 @@ class WhisperEngine:
             return True
         mean = sum(w.probability for w in words) / len(words) if words else 0.0
         return mean < self.opts.doubtful_word_probability
+
+
+def _drop_prompt_echo(words: list[TimedWord], hotwords: str | None,
+                      floor: float) -> list[TimedWord]:
+    """``words`` without the trailing ones that echo the prompt: prompt words (in batch
+    form) less likely than ``floor``."""
+    if not hotwords:
+        return words
+    prompt = set(normalise_text(hotwords))
+    end = len(words)
+    while end and words[end - 1].probability < floor:
+        parts = normalise_text(words[end - 1].text)
+        if not parts or not set(parts) <= prompt:
+            break
+        end -= 1
+    return words[:end]
 
 
 def _join_pieces(words: list[TimedWord]) -> list[TimedWord]:

@@ -127,3 +127,15 @@ def test_key_terms_past_the_limits_are_refused(fields: dict[str, Any], param: st
 def test_a_boost_param_outside_its_values_is_refused() -> None:
     with pytest.raises(ValueError):
         _req(word_boost=["a"], boost_param="max")
+
+
+def test_a_trailing_echo_of_the_prompt_is_dropped() -> None:
+    from pipeline.asr.whisper import _drop_prompt_echo
+    words = [TimedWord(" a", 29.0, 29.2, 0.99), TimedWord(" telephone.", 29.2, 29.76, 0.98),
+             TimedWord(" Asterisk,", 29.76, 30.1, 0.17), TimedWord(" PBX.", 30.24, 30.24, 0.004)]
+    assert _drop_prompt_echo(words, "Asterisk, PBX.", 0.5) == words[:2]
+    assert _drop_prompt_echo(words, None, 0.5) == words  # no prompt, nothing to echo
+    sure = [*words[:2], TimedWord(" Asterisk.", 29.76, 30.1, 0.9)]
+    assert _drop_prompt_echo(sure, "Asterisk, PBX.", 0.5) == sure  # said, and heard so
+    inner = [TimedWord(" PBX", 0.0, 0.3, 0.2), TimedWord(" phones.", 0.3, 0.8, 0.9)]
+    assert _drop_prompt_echo(inner, "Asterisk, PBX.", 0.5) == inner  # only at the end
