@@ -10,8 +10,8 @@ default strength):
   the eval set, and words Whisper base missed on a scan of the eval set's words found in
   one reference only), each with its own terms: the recall of those terms, a term counted
   where its words appear in a row in the verbatim hypothesis;
-* other items (round-robin over the scored groups, as ``bench.asr --limit``), each with
-  every term above, as a user would send the same vocabulary with every job: pooled WER
+* other items (round-robin over the scored groups, as ``bench.asr --limit``, none whose
+  reference says a term), each with every term above, as a user would send the same vocabulary with every job: pooled WER
   (lowercase, no punctuation, as ``bench.asr``), which the prompt should leave unchanged.
 """
 
@@ -68,9 +68,10 @@ def main(argv: list[str] | None = None) -> None:
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
     by_path = {i["path"]: i for i in manifest["items"]}
-    others = [i for i in select_items(manifest, [], None)
-              if i["path"] not in TERM_ITEMS][:args.others]
     every = tuple(dict.fromkeys(t for terms in TERM_ITEMS.values() for t in terms))
+    others = [i for i in select_items(manifest, [], None)  # none that says a term
+              if i["path"] not in TERM_ITEMS
+              and not any(recalled(t, i["reference_text"]) for t in every)][:args.others]
     engine = WhisperEngine(resolve_whisper(args.model, args.cache_dir), WhisperOptions(
         beam_size=args.beam, cpu_threads=args.threads))
     vad, opts = SileroVad(), VadOptions()

@@ -13,8 +13,11 @@ its own checks:
   loses its very unlikely words otherwise;
 * a phrase repeated more than ``max_repeats`` times in a row is kept once;
 * prompted with a job's key terms, Whisper may write them again after the speech ends (an
-  echo of its prompt: "... a standard telephone. Asterisk, PBX." at 0.17 and 0.004): words
-  at the end of a chunk that are prompt words below ``prompt_echo_probability`` are dropped.
+  echo of its prompt: "... a standard telephone. Asterisk, PBX." at 0.17 and 0.004), or
+  write one in place of a word it hears ("IVR, Queen of Clothes." at 0.0004 for "four
+  queen of clubs"): words at the end of a chunk that are prompt words below
+  ``prompt_echo_probability``, and prompt words anywhere below ``prompt_word_floor``, are
+  dropped.
 """
 
 from __future__ import annotations
@@ -85,6 +88,10 @@ class WhisperOptions(BaseModel):
     prompt_echo_probability: float = Field(0.5, ge=0, le=1)
     """With key terms in the prompt, trailing words of a chunk that are prompt words and less
     likely than this are an echo of the prompt: dropped."""
+    prompt_word_floor: float = Field(0.01, ge=0, le=1)
+    """With key terms in the prompt, a prompt word anywhere less likely than this is one
+    written for its being in the prompt, not heard: dropped (a term heard was written at
+    0.23 to 0.99 on the eval set, one not spoken at 0.0004)."""
     snap_word_edges: bool = True
     """Move word edges that the alignment left inside a pause to the sound
     (:mod:`pipeline.asr.word_edges`): the same times whatever the window, batch or CPU."""
@@ -221,7 +228,8 @@ class WhisperEngine:
                 end = min(max(float(w.end), start), length)
                 raw.append(TimedWord(w.word, round(offset + start, 3), round(offset + end, 3),
                                      round(float(w.probability), 4)))
-        words = _drop_prompt_echo(_join_pieces(raw), hotwords, o.prompt_echo_probability)
+        words = _drop_prompt_echo(_join_pieces(raw), hotwords, o.prompt_echo_probability,
+                                  o.prompt_word_floor)
         if o.snap_word_edges:
             words = snap_to_sound(words, audio, offset, SAMPLE_RATE)
         return collapse_repeats(normalise_words(words, formatted=True), o.max_repeats)
@@ -233,20 +241,22 @@ class WhisperEngine:
         return mean < self.opts.doubtful_word_probability
 
 
-def _drop_prompt_echo(words: list[TimedWord], hotwords: str | None,
-                      floor: float) -> list[TimedWord]:
-    """``words`` without the trailing ones that echo the prompt: prompt words (in batch
-    form) less likely than ``floor``."""
+def _drop_prompt_echo(words: list[TimedWord], hotwords: str | None, trailing: float,
+                      anywhere: float = 0.0) -> list[TimedWord]:
+    """``words`` without those that echo the prompt: prompt words (in batch form) less
+    likely than ``trailing`` at the end, or than ``anywhere`` wherever they are."""
     if not hotwords:
         return words
     prompt = set(normalise_text(hotwords))
+
+    def echo(word: TimedWord, floor: float) -> bool:
+        parts = normalise_text(word.text)
+        return word.probability < floor and bool(parts) and set(parts) <= prompt
+
     end = len(words)
-    while end and words[end - 1].probability < floor:
-        parts = normalise_text(words[end - 1].text)
-        if not parts or not set(parts) <= prompt:
-            break
+    while end and echo(words[end - 1], trailing):
         end -= 1
-    return words[:end]
+    return [w for w in words[:end] if not echo(w, anywhere)]
 
 
 def _join_pieces(words: list[TimedWord]) -> list[TimedWord]:

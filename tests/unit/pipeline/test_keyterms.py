@@ -138,4 +138,6 @@ def test_a_trailing_echo_of_the_prompt_is_dropped() -> None:
     sure = [*words[:2], TimedWord(" Asterisk.", 29.76, 30.1, 0.9)]
     assert _drop_prompt_echo(sure, "Asterisk, PBX.", 0.5) == sure  # said, and heard so
     inner = [TimedWord(" PBX", 0.0, 0.3, 0.2), TimedWord(" phones.", 0.3, 0.8, 0.9)]
-    assert _drop_prompt_echo(inner, "Asterisk, PBX.", 0.5) == inner  # only at the end
+    assert _drop_prompt_echo(inner, "Asterisk, PBX.", 0.5, 0.01) == inner  # only at the end
+    unheard = [TimedWord(" IVR,", 0.0, 0.3, 0.0004), *inner]
+    assert _drop_prompt_echo(unheard, "IVR, PBX.", 0.5, 0.01) == inner  # anywhere below 0.01
