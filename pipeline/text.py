@@ -25,6 +25,7 @@ stays on the word before it.
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import unicodedata
 from collections.abc import Iterable
@@ -78,17 +79,17 @@ def normalise_words(words: Iterable[TimedWord], formatted: bool = False) -> list
             if formatted and out and out[-1].formatted and trailing \
                     and all(c in _CLOSING for c in trailing):
                 last = out[-1]
-                out[-1] = TimedWord(last.text, last.start, last.end, last.probability,
-                                    last.formatted + trailing)
+                out[-1] = dataclasses.replace(last, formatted=last.formatted + trailing)
             continue
         if len(parts) == 1:
-            out.append(TimedWord(parts[0], word.start, word.end, word.probability, forms[0]))
+            out.append(TimedWord(parts[0], word.start, word.end, word.probability,
+                                 formatted=forms[0]))
             continue
         total = sum(len(p) for p in parts)
         start, span = word.start, word.end - word.start
         for part, form in zip(parts, forms):
             end = start + span * len(part) / total
-            out.append(TimedWord(part, start, end, word.probability, form))
+            out.append(TimedWord(part, start, end, word.probability, formatted=form))
             start = end
     return out
 

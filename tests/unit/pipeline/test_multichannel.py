@@ -130,7 +130,8 @@ async def test_chunk_transcribe_diarize_keep_each_channel_apart(tmp_path: Path) 
     read: list[bytes] = []
     real = h.models.transcribe
 
-    async def heard(pcm: Path, chunks: list[Region]) -> list[TimedWord]:
+    async def heard(pcm: Path, chunks: list[Region], hotwords: str | None = None,
+                    ) -> list[TimedWord]:
         read.append(pcm.read_bytes()[:1])
         return await real(pcm, chunks)
     h.models.transcribe = heard  # type: ignore[method-assign]

@@ -33,7 +33,7 @@ async def _job(h: Harness, redaction: PiiRedaction | None) -> None:
     tone = np.sin(2 * np.pi * 300 * np.arange(3 * SAMPLE_RATE) / SAMPLE_RATE) * 8000
     await h.objects.put_bytes(FILES.audio, tone.astype("<i2").tobytes())
 
-    async def spoken(pcm: Path, chunks: object) -> list[TimedWord]:
+    async def spoken(pcm: Path, chunks: object, hotwords: str | None = None) -> list[TimedWord]:
         h.models.calls["transcribe"] += 1
         return SPOKEN
     h.models.transcribe = spoken  # type: ignore[method-assign]

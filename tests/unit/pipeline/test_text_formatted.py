@@ -49,3 +49,13 @@ def test_assembled_words_carry_both_forms_and_v1_sees_only_the_verbatim() -> Non
     # stored as JSON and read back, the written form survives
     back = type(result).model_validate_json(result.model_dump_json())
     assert back.words[2].text_formatted == "Smith."
+
+
+def test_redaction_hides_the_written_form_too() -> None:
+    from pipeline.redaction import find_pii, redact_words
+    words = normalise_words([TimedWord(" Call", 0.0, 0.3), TimedWord(" 415-555-0132.", 0.3, 1.5)],
+                            formatted=True)
+    [span] = find_pii(words, ["phone_number"])
+    redacted = redact_words(words, [span], "entity_name")
+    assert redacted[0].formatted == "Call"
+    assert "415" not in (redacted[1].formatted or "") and "415" not in redacted[1].text
