@@ -11,7 +11,8 @@ default strength):
   one reference only), each with its own terms: the recall of those terms, a term counted
   where its words appear in a row in the verbatim hypothesis;
 * other items (round-robin over the scored groups, as ``bench.asr --limit``, none whose
-  reference says a term), each with every term above, as a user would send the same vocabulary with every job: pooled WER
+  reference says a term), each with every term above, as a user would send the same
+  vocabulary with every job: pooled WER
   (lowercase, no punctuation, as ``bench.asr``), which the prompt should leave unchanged.
 """
 

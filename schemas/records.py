@@ -21,8 +21,8 @@ __all__ = [
     "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
     "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
-    "ResultWord", "ResultUtterance", "TranscriptResult", "OpenSegment", "ResumePoint", "RealtimeCheckpoint", "RealtimeAudio",
-    "RealtimeMessage",
+    "ResultWord", "ResultUtterance", "TranscriptResult", "OpenSegment", "ResumePoint",
+    "RealtimeCheckpoint", "RealtimeAudio", "RealtimeMessage",
 ]
 
 

@@ -133,7 +133,7 @@ def test_card_phone_and_email_are_redacted_in_text_audio_and_every_store(
     for tag in ("[CREDIT_CARD_NUMBER]", "[PHONE_NUMBER]", "[EMAIL_ADDRESS]"):
         assert tag in text, text
     assert not re.search(r"\d", text) and "john" not in text, text
-    assert text.startswith("my card number is") and "my email is" in text
+    assert text.lower().startswith("my card number is") and "my email is" in text.lower()
     redacted = [w for w in transcript.words or [] if w.text.startswith("[")]
     assert {w.text for w in redacted} == {"[CREDIT_CARD_NUMBER]", "[PHONE_NUMBER]",
                                           "[EMAIL_ADDRESS]"}
@@ -197,7 +197,7 @@ def test_hash_substitution_and_beeped_mp3_by_default(stack: Stack,
     transcript = aai.Transcriber().transcribe(str(CALL), config=config)
     assert transcript.status == aai.TranscriptStatus.completed, transcript.error
     text = transcript.text or ""
-    assert "### ### ####" in text and "0132" not in text, text
+    assert re.search(r"#{3,} #{3,} #{4,}", text) and "0132" not in text, text
     assert "4242" in text, "only the phone number was asked for"
     url = httpx.URL(transcript.get_redacted_audio_url())
     assert url.path.endswith("/redacted-audio.mp3")
