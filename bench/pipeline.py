@@ -1,7 +1,7 @@
 """End-to-end batch benchmark: real speech through the service API, against the bare model.
 
 ``python -m bench.pipeline [--asterisk16 60] [--accounts 4] [--min-seconds S]
-[--aged N] [--url URL --key KEY]``
+[--aged N] [--url URL --key KEY]``; ``python -m bench.pipeline --labels SECONDS [--repeat N]``
 
 Starts an embedded stack (``a5s up`` in a temporary directory, as the integration
 tests do) or uses a running one (``--url`` and ``--key``), serves the eval set on
@@ -33,6 +33,12 @@ lone tail), which, unlike wall time, another process's load hardly moves. With p
 hand (``PY_SPY`` or on the path) the service's CPU is split by thread, and the threads
 beside the models are set against the models' own threads of the same pass: both see the
 same machine, so that share moves less from run to run than the wall-time overhead.
+
+``--labels SECONDS`` measures what ``/v2``'s ``speaker_labels`` costs: a recording of that
+length cycling the eval's conversations (``evaluation.diarization.build_long``) goes
+through ``POST /v2/transcript`` with ``speaker_labels`` true and false, one job at a time,
+alternately ``--repeat`` times; printed is each job's processing time (started to
+completed) and its real-time factor, with the load average around each job.
 
 The benchmark's accounts are new, where a service's are not: ``--aged N`` first ages each
 of them as if ``N`` of its jobs had already ended (``N`` cancellations of unknown ids sent
@@ -153,6 +159,52 @@ def run_service(base_url: str, keys: list[str], audio_url: Any, items: list[dict
     done = [j for j in jobs if j.completed_at is not None]
     wall = (max(j.completed_at for j in done).timestamp() - started) if done else 0.0
     return jobs, wall
+
+
+def run_labels(base_url: str, key: str, eval_dir: Path, seconds: float, repeat: int) -> None:
+    """One recording of ``seconds`` through ``/v2`` with and without ``speaker_labels``,
+    alternately, one job at a time: the processing time of each (see the module's doc)."""
+    import wave
+
+    from evaluation.diarization import build_long
+    from ops.stack import EvalServer
+
+    with tempfile.TemporaryDirectory() as tmp:
+        pcm = Path(tmp) / "long.pcm"
+        build_long(eval_dir, seconds, pcm)
+        with wave.open(str(Path(tmp) / "long.wav"), "wb") as out:
+            out.setnchannels(1)
+            out.setsampwidth(2)
+            out.setframerate(16000)
+            out.writeframes(pcm.read_bytes())
+        pcm.unlink()
+        server = EvalServer(Path(tmp))
+        times: dict[bool, list[float]] = {True: [], False: []}
+        try:
+            with httpx.Client(base_url=base_url, timeout=60,
+                              headers={"Authorization": f"Bearer {key}"}) as client:
+                for n in range(repeat):
+                    for labels in (True, False):
+                        load = load_average()
+                        tid = client.post("/v2/transcript", json={
+                            "audio_url": server.url("long.wav"),
+                            "speaker_labels": labels}).raise_for_status().json()["id"]
+                        while (body := client.get(f"/v1/transcripts/{tid}").json())[
+                                "status"] not in ("completed", "error"):
+                            time.sleep(POLL_S)
+                        took = (_at(body["completed_at"]) - _at(body["started_at"])
+                                ).total_seconds()
+                        times[labels].append(took)
+                        print(f"pair {n + 1}/{repeat}, speaker_labels {str(labels).lower():5s}: "
+                              f"{body['status']}, {len(body.get('speakers') or [])} speaker(s), "
+                              f"processing {took:.1f} s for {body['audio_duration']:.0f} s "
+                              f"of audio (RTF {took / body['audio_duration']:.3f}); load "
+                              f"average {load} before, {load_average()} after", flush=True)
+        finally:
+            server.close()
+    with_, without = statistics.median(times[True]), statistics.median(times[False])
+    print(f"median processing of {seconds:.0f} s over {repeat} pair(s): with speaker_labels "
+          f"{with_:.1f} s, without {without:.1f} s ({(without - with_) / with_:+.1%})")
 
 
 def run_probes(base_url: str, key: str, audio_url: Any) -> dict[str, float]:
@@ -401,12 +453,28 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quiet", action="store_true", help="no per-file lines")
     parser.add_argument("--aged", type=int, default=0, metavar="N",
                         help="age each account first by N ended jobs (a stack of our own)")
+    parser.add_argument("--labels", type=float, metavar="SECONDS",
+                        help="time a recording of SECONDS through /v2 with and without "
+                             "speaker_labels, alternately --repeat times")
     parser.add_argument("--repeat", type=int, default=1,
                         help="N > 1: N service and bare passes, alternately, on the same stack "
                              "and models; prints each pair (with its WER) and the median overhead")
     args = parser.parse_args(argv)
 
     from ops.stack import EvalServer, temporary_stack
+
+    if args.labels:
+        print(f"python -m bench.pipeline {' '.join(argv if argv is not None else sys.argv[1:])}"
+              f"; load average {load_average()} on {os.cpu_count()} cores")
+        with temporary_stack() as stack:
+            _, key = stack.new_account()
+            warm = EvalServer(args.eval)
+            try:
+                warm_up(stack.url(""), key, warm.url("real/whisper/jfk.flac"))
+            finally:
+                warm.close()
+            run_labels(stack.url(""), key, args.eval, args.labels, args.repeat)
+        return
 
     manifest = json.loads((args.eval / "manifest.json").read_text())
     durations = {i["path"]: i["duration"] or 0.0 for i in manifest["items"]}

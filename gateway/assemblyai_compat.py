@@ -24,12 +24,14 @@ the SDK reads, on the same HTTP status as ``/v1``; the webhook body is AssemblyA
 cannot honour are refused with a message that says so (``schemas.assemblyai.REFUSED``);
 ``docs/compat.md`` lists every field.
 
-The options that shape the answer (``speaker_labels``, ``speakers_expected``, ``punctuate``,
-``format_text``, ``multichannel``, ``keyterms_prompt``, ``word_boost``, ``boost_param``,
-``webhook_auth_header_name``, the ``redact_pii`` ones) are kept in the transcript's metadata
-under ``assemblyai``, so they live and are deleted with the transcript. Words are shown in the
-form ``punctuate`` and ``format_text`` ask for (``schemas.word_forms``); key terms go to the
-recogniser with the job's spec (``JobSpec.vocabulary``).
+The options that shape the answer (``speaker_labels``, ``speakers_expected``,
+``speaker_options``, ``punctuate``, ``format_text``, ``multichannel``, ``keyterms_prompt``,
+``word_boost``, ``boost_param``, ``webhook_auth_header_name``, the ``redact_pii`` ones) are
+kept in the transcript's metadata under ``assemblyai``, so they live and are deleted with the
+transcript. Words are shown in the form ``punctuate`` and ``format_text`` ask for
+(``schemas.word_forms``). Those that shape the job (``speaker_labels``: whether it is
+diarized; the speaker count or bounds; ``multichannel``; the PII to redact; the key terms,
+``JobSpec.vocabulary``) go into its spec (``job_fields``).
 
 ``multichannel`` transcribes each channel on its own (``JobSpec.multichannel``): the result's
 ``speaker_<n>`` is channel ``n``, answered as AssemblyAI does, ``channel`` and ``speaker``
@@ -54,8 +56,8 @@ from schemas.assemblyai import (BOOST_STRENGTH, KEYTERM_MAX_CHARS, KEYTERM_MAX_W
                                 KEYTERMS_MAX, KEYTERMS_MAX_CHARS, KEYTERMS_STRENGTH,
                                 PII_POLICIES_REFUSED, REFUSED, AaiCreateTranscript, AaiError,
                                 AaiPageDetails, AaiRedactedAudio, AaiRedactedAudioPending,
-                                AaiTranscript, AaiTranscriptItem, AaiTranscriptList, AaiUpload,
-                                AaiUtterance, AaiWord, is_off)
+                                AaiSpeakerOptions, AaiTranscript, AaiTranscriptItem,
+                                AaiTranscriptList, AaiUpload, AaiUtterance, AaiWord, is_off)
 from schemas.errors import A5sError, FileTooLarge, InvalidRequest, NotFound, UploadUrlInvalid
 from schemas.records import PiiPolicy, PiiRedaction, TranscriptResult
 from security.signing import sign_url, url_signature_matches
@@ -72,9 +74,9 @@ from .subtitles import render_srt, render_vtt
 from .subtitles_handler import SUBTITLE_TYPES, completed_row_result, parse_subtitle_query
 from .transcripts import parse_list_query
 
-__all__ = ["aai_routes", "create_body", "pii_redaction", "vocabulary_of", "aai_transcript",
-           "aai_list", "speaker_letter", "speaker_channel", "upload_url", "upload_file_id",
-           "unlabelled", "text_switches", "redacted_audio_path", "OPTIONS_KEY",
+__all__ = ["aai_routes", "create_body", "job_fields", "pii_redaction", "vocabulary_of",
+           "aai_transcript", "aai_list", "speaker_letter", "speaker_channel", "upload_url",
+           "upload_file_id", "unlabelled", "text_switches", "redacted_audio_path", "OPTIONS_KEY",
            "WORD_CONFIDENCE", "REDACTED_AUDIO_URL_TTL_S"]
 
 OPTIONS_KEY = "assemblyai"
@@ -177,9 +179,7 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
                                  "a5s knows.", param=name)
         if not is_off(value):
             raise InvalidRequest(f"{name} is not supported: {REFUSED[name]}.", param=name)
-    if req.speakers_expected is not None and not req.speaker_labels:
-        raise InvalidRequest("speakers_expected needs speaker_labels set to true.",
-                             param="speakers_expected")
+    _check_speaker_hints(req)
     if req.multichannel and req.speaker_labels:
         raise InvalidRequest("speaker_labels with multichannel is not supported: a5s does not "
                              "diarize within a channel; with multichannel each channel is one "
@@ -197,7 +197,8 @@ def create_body(req: AaiCreateTranscript, hosts: set[str]) -> dict[str, Any]:
         "language_code": language,
         "metadata": {OPTIONS_KEY: {
             "speaker_labels": bool(req.speaker_labels),
-            "speakers_expected": req.speakers_expected, "punctuate": req.punctuate,
+            "speakers_expected": req.speakers_expected,
+            "speaker_options": _bounds(req.speaker_options), "punctuate": req.punctuate,
             "format_text": req.format_text, "keyterms_prompt": req.keyterms_prompt,
             "word_boost": req.word_boost, "boost_param": req.boost_param,
             **({"multichannel": True} if req.multichannel else {}),
@@ -246,6 +247,45 @@ def vocabulary_of(req: AaiCreateTranscript) -> list[tuple[str, int]] | None:
     strength = (BOOST_STRENGTH[req.boost_param or "default"] if req.word_boost
                 else KEYTERMS_STRENGTH)
     return [(t.strip(), strength) for t in terms]
+
+
+_SPEAKER_TUNING = "a5s has one diarization method; its speaker_options take only " \
+    "min_speakers_expected and max_speakers_expected"
+
+
+def _check_speaker_hints(req: AaiCreateTranscript) -> None:
+    """AssemblyAI's rules for the speaker count: a count or bounds, each with speaker_labels."""
+    options = req.speaker_options
+    for name, value in ((options.model_extra or {}) if options else {}).items():
+        if not is_off(value):
+            raise InvalidRequest(f"speaker_options.{name} is not supported: {_SPEAKER_TUNING}.",
+                                 param=f"speaker_options.{name}")
+    bounds = options is not None and options.asks()
+    for name, given in (("speakers_expected", req.speakers_expected is not None),
+                        ("speaker_options", bounds)):
+        if given and not req.speaker_labels:
+            raise InvalidRequest(f"{name} needs speaker_labels set to true.", param=name)
+    if bounds and req.speakers_expected is not None:
+        raise InvalidRequest("Give either speakers_expected (an exact count) or "
+                             "speaker_options (a range), not both.", param="speaker_options")
+
+
+def _bounds(options: AaiSpeakerOptions | None) -> dict[str, int] | None:
+    """The bounds a request gives, as stored and answered; None when it gives none."""
+    if options is None or not options.asks():
+        return None
+    return options.model_dump(include={"min_speakers_expected", "max_speakers_expected"},
+                              exclude_none=True)
+
+
+def job_fields(req: AaiCreateTranscript) -> dict[str, Any]:
+    """What a ``/v2`` request adds to the job's spec: whether it is diarized (AssemblyAI
+    diarizes only with ``speaker_labels``), the speaker count or bounds, multichannel, the PII
+    to redact and the key terms."""
+    bounds = _bounds(req.speaker_options) or {}
+    return {"diarize": bool(req.speaker_labels), "speakers_expected": req.speakers_expected,
+            **bounds, "multichannel": bool(req.multichannel), "redaction": pii_redaction(req),
+            "vocabulary": vocabulary_of(req)}
 
 
 _Key = tuple[float, float, str]
@@ -297,7 +337,8 @@ def aai_transcript(transcript: Transcript, base_url: str,
     if result is not None and len(result.word_confidence) == len(result.words):
         confidence = {(w.start, w.end, w.text): c
                       for w, c in zip(result.words, result.word_confidence)}
-    labels = bool(options.get("speaker_labels"))
+    # A transcript created under /v1 was diarized: its speakers are shown.
+    labels = bool(options.get("speaker_labels")) if OPTIONS_KEY in transcript.metadata else True
     channels = bool(options.get("multichannel"))
     out = AaiTranscript(
         id=transcript.id, status=transcript.status,
@@ -306,7 +347,7 @@ def aai_transcript(transcript: Transcript, base_url: str,
         speaker_labels=labels, speakers_expected=options.get("speakers_expected"),
         multichannel=True if channels else None,
         keyterms_prompt=options.get("keyterms_prompt"), word_boost=options.get("word_boost"),
-        boost_param=options.get("boost_param"),
+        boost_param=options.get("boost_param"), speaker_options=options.get("speaker_options"),
         webhook_url=transcript.webhook_url,
         webhook_auth=options.get("webhook_auth_header_name") is not None,
         webhook_auth_header_name=options.get("webhook_auth_header_name"),
@@ -459,10 +500,7 @@ class AaiTranscriptsHandler(_AaiJobs):
         raw = json.dumps(create_body(req, hosts)).encode()
         transcript, _ = await self.jobs.create(who, raw, None, CreateTranscript,
                                                webhook_format="assemblyai",
-                                               speakers_expected=req.speakers_expected,
-                                               multichannel=bool(req.multichannel),
-                                               redaction=pii_redaction(req),
-                                               vocabulary=vocabulary_of(req))
+                                               spec_fields=job_fields(req))
         self.send(aai_transcript(transcript, self.base_url))
 
     async def get(self) -> None:

@@ -13,8 +13,9 @@ import asyncio
 import hashlib
 import json
 import logging
+from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Literal
+from typing import Any, Literal
 
 from schemas import ids
 from schemas.api import (ASYNC_MODEL, CreateTranscript, DeletedTranscript, JobError,
@@ -49,17 +50,13 @@ class JobService:
     async def create(self, who: Principal, raw_body: bytes, idempotency_key: str | None,
                      parse: type[CreateTranscript],
                      webhook_format: Literal["a5s", "assemblyai"] = "a5s",
-                     speakers_expected: int | None = None,
-                     multichannel: bool = False,
-                     redaction: PiiRedaction | None = None,
-                     vocabulary: list[tuple[str, int]] | None = None,
-                     ) -> tuple[Transcript, bool]:
+                     spec_fields: Mapping[str, Any] | None = None) -> tuple[Transcript, bool]:
         """Returns the transcript and whether it was created now (201) or replayed (200).
 
         ``webhook_format`` is the body its webhook will have (``assemblyai`` for ``/v2``);
-        ``speakers_expected`` is a speaker count for diarization, ``multichannel`` transcribes
-        each channel on its own, ``redaction`` is the PII to redact and ``vocabulary`` the
-        key terms for the recogniser, ``(term, strength)`` (``/v2`` only)."""
+        ``spec_fields`` are further ``JobSpec`` fields that shape the processing (``/v2``'s
+        options: whether to diarize, the speaker count or bounds, multichannel, the PII to
+        redact, the key terms)."""
         account = who.account
         wait = await self.ctx.redis.take_rate(f"create:{account.id}",
                                               account.max_requests_per_minute)
@@ -78,8 +75,7 @@ class JobService:
             if replay is not None:
                 return replay, False
         try:
-            transcript = await self._admit(who, body, webhook_format, speakers_expected,
-                                           multichannel, redaction, vocabulary)
+            transcript = await self._admit(who, body, webhook_format, spec_fields or {})
         except BaseException:
             if idempotency_key is not None:
                 await self.ctx.redis.delete(*IDEMPOTENCY.key(account.id,
@@ -118,9 +114,7 @@ class JobService:
 
     async def _admit(self, who: Principal, body: CreateTranscript,
                      webhook_format: Literal["a5s", "assemblyai"],
-                     speakers_expected: int | None, multichannel: bool = False,
-                     redaction: PiiRedaction | None = None,
-                     vocabulary: list[tuple[str, int]] | None = None) -> Transcript:
+                     spec_fields: Mapping[str, Any]) -> Transcript:
         account, ctx = who.account, self.ctx
         if not account.async_enabled:
             raise ModelAccessDenied(f"This account has no access to {ASYNC_MODEL}.",
@@ -141,8 +135,7 @@ class JobService:
                        language_code=body.language_code, webhook_url=body.webhook_url,
                        webhook_auth_header_name=body.webhook_auth_header_name,
                        metadata=body.metadata, webhook_format=webhook_format,
-                       speakers_expected=speakers_expected, multichannel=multichannel,
-                       redaction=redaction, vocabulary=vocabulary)
+                       **spec_fields)
         row = TranscriptRow(id=tid, account_id=account.id, key_id=who.key.key_id,
                             created_at=now, status="queued", audio_url=body.audio_url,
                             file_id=body.file_id, language_code=body.language_code,

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Callable
 
 import numpy as np
 
-from schemas.records import TranscriptResult
+from schemas.records import SpeakerCount, TranscriptResult
 from schemas.settings import ModelSettings, Settings
 
 from .types import Region, TimedWord
@@ -276,7 +276,7 @@ class Engines:
         return words
 
     def diarize(self, pcm: Path, speech: list[Region], words: list[TimedWord],
-                speakers: int | None = None) -> TranscriptResult:
+                speakers: SpeakerCount | None = None) -> TranscriptResult:
         from .diarization import assemble
         if not words:
             return assemble(words, [])
@@ -289,6 +289,13 @@ class Engines:
         """A multichannel job's result: the speaker is the channel, nothing is diarized."""
         from .diarization import assemble_channels
         return assemble_channels(words, speech).model_copy(update={"audio_channels": channels})
+
+    @staticmethod
+    def undiarized(words: list[TimedWord]) -> TranscriptResult:
+        """The result of a job that is not diarized: every word is ``speaker_1``'s and
+        utterances break at pauses; no speaker model runs."""
+        from .diarization import assemble
+        return assemble(words, [])
 
     # --- (de)serialising intermediate results -------------------------------------------------
 

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
+from pydantic import (BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr,
+                      field_validator, model_validator)
 
-__all__ = ["AaiCreateTranscript", "AaiWord", "AaiUtterance", "AaiTranscript", "AaiTranscriptItem",
+from .records import MAX_SPEAKERS
+
+__all__ = ["AaiCreateTranscript", "AaiSpeakerOptions", "AaiWord", "AaiUtterance", "AaiTranscript",
+           "AaiTranscriptItem",
            "AaiPageDetails", "AaiTranscriptList", "AaiUpload", "AaiError", "AaiWebhook",
            "AaiRedactedAudio", "AaiRedactedAudioPending", "REFUSED", "PII_POLICIES_REFUSED",
            "SPEECH_MODEL_USED", "is_off", "KEYTERMS_MAX", "KEYTERM_MAX_CHARS",
@@ -37,8 +41,6 @@ KEYTERMS_STRENGTH = 6
 _NO_EXTRAS = "a5s does not run AssemblyAI's audio intelligence models"
 REFUSED: dict[str, str] = {
     # transcription options a5s has no counterpart for
-    "speaker_options": "a5s takes an exact speaker count (speakers_expected) or estimates "
-                       "the number itself; it takes no bounds",
     "dual_channel": "deprecated by AssemblyAI for multichannel; send multichannel instead",
     "audio_channels": "a response field, not an option",
     "audio_start_from": "a5s transcribes the whole file; trim the audio before upload",
@@ -108,6 +110,28 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+class AaiSpeakerOptions(_Model):
+    """``speaker_options``: bounds on the number of speakers diarization estimates. The SDK's
+    tuning fields of AssemblyAI's own clusterer are taken only unset."""
+
+    model_config = ConfigDict(extra="allow")
+
+    min_speakers_expected: StrictInt | None = Field(None, ge=1, le=MAX_SPEAKERS)
+    max_speakers_expected: StrictInt | None = Field(None, ge=1, le=MAX_SPEAKERS)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "AaiSpeakerOptions":
+        low, high = self.min_speakers_expected, self.max_speakers_expected
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"min_speakers_expected ({low}) is more than "
+                             f"max_speakers_expected ({high})")
+        return self
+
+    def asks(self) -> bool:
+        """Whether any bound is given (``{}`` asks for nothing)."""
+        return self.min_speakers_expected is not None or self.max_speakers_expected is not None
+
+
 class AaiCreateTranscript(BaseModel):
     """``POST /v2/transcript``: the fields a5s acts on. Every other field is kept in
     ``model_extra`` for the gateway to refuse with the reason from :data:`REFUSED`."""
@@ -119,7 +143,8 @@ class AaiCreateTranscript(BaseModel):
     punctuate: StrictBool | None = None
     format_text: StrictBool | None = None
     speaker_labels: StrictBool | None = None
-    speakers_expected: StrictInt | None = Field(None, ge=1, le=20)
+    speakers_expected: StrictInt | None = Field(None, ge=1, le=MAX_SPEAKERS)
+    speaker_options: AaiSpeakerOptions | None = None
     multichannel: StrictBool | None = None
     keyterms_prompt: list[StrictStr] | None = None
     word_boost: list[StrictStr] | None = None
@@ -133,6 +158,14 @@ class AaiCreateTranscript(BaseModel):
     redact_pii_audio: StrictBool | None = None
     redact_pii_audio_quality: StrictStr | None = None
     redact_pii_audio_options: dict[str, Any] | None = None
+
+    @field_validator("speaker_options", mode="before")
+    @classmethod
+    def _an_object(cls, value: Any) -> Any:
+        if value is not None and not isinstance(value, dict):
+            raise ValueError("an object with min_speakers_expected and max_speakers_expected "
+                             "is expected")
+        return value
 
 
 class AaiWord(_Model):
@@ -160,6 +193,7 @@ class AaiTranscript(_Model):
     format_text: bool | None = None
     speaker_labels: bool | None = None
     speakers_expected: int | None = None
+    speaker_options: AaiSpeakerOptions | None = None
     multichannel: bool | None = None
     audio_channels: int | None = None
     keyterms_prompt: list[str] | None = None

@@ -10,14 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .api import Speaker, Timestamp, Utterance, Word
 from .word_forms import word_form
 
 __all__ = [
-    "Record", "AccountLimits", "PiiPolicy", "PiiRedaction", "JobSpec", "Channels", "Submitted",
-    "Canceled", "DurationKnown", "Finished",
+    "Record", "AccountLimits", "PiiPolicy", "PiiRedaction", "MAX_SPEAKERS", "SpeakerCount",
+    "JobSpec", "Channels", "Submitted", "Canceled", "DurationKnown", "Finished",
     "LimitsChanged", "SessionOpened", "SessionClosed", "SessionLost", "AccountEvent", "Dispatch",
     "Admission",
     "Chunk", "ChunkPlan", "Transcribed", "JobOutcome", "Settled", "WebhookDue", "CompletedTranscript",
@@ -56,6 +56,40 @@ class PiiRedaction(Record):
     audio_format: Literal["mp3", "wav"] = "mp3"
 
 
+MAX_SPEAKERS = 20
+"""The most speakers a job may ask diarization for, as an exact count or as a bound."""
+
+
+class SpeakerCount(Record):
+    """How many speakers diarization may find: the number it estimates, clipped into
+    [``at_least``, ``at_most``]; equal bounds are an exact count."""
+
+    at_least: int = Field(1, ge=1, le=MAX_SPEAKERS)
+    at_most: int | None = Field(None, ge=1, le=MAX_SPEAKERS)
+    """None: no bound but the estimate."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "SpeakerCount":
+        if self.at_most is not None and self.at_least > self.at_most:
+            raise ValueError(f"at least {self.at_least} speakers is more than at most "
+                             f"{self.at_most}")
+        return self
+
+    @classmethod
+    def exactly(cls, speakers: int) -> "SpeakerCount":
+        return cls(at_least=speakers, at_most=speakers)
+
+    @property
+    def exact(self) -> int | None:
+        """The count, when the bounds leave only one."""
+        return self.at_least if self.at_least == self.at_most else None
+
+    def clip(self, estimate: int) -> int:
+        """``estimate`` moved into the bounds."""
+        return max(self.at_least, estimate if self.at_most is None else
+                   min(self.at_most, estimate))
+
+
 class JobSpec(Record):
     """What a job is, written once by the gateway to the object store (``jobs/<id>/spec.json``)."""
 
@@ -71,16 +105,44 @@ class JobSpec(Record):
     metadata: dict[str, Any] = Field(default_factory=dict)
     webhook_format: Literal["a5s", "assemblyai"] = "a5s"
     """The webhook body: the spec's event, or AssemblyAI's for jobs created under ``/v2``."""
-    speakers_expected: int | None = Field(None, ge=1, le=20)
+    speakers_expected: int | None = Field(None, ge=1, le=MAX_SPEAKERS)
     """The number of speakers the client expects (``/v2``); None: diarization estimates it."""
+    min_speakers_expected: int | None = Field(None, ge=1, le=MAX_SPEAKERS)
+    max_speakers_expected: int | None = Field(None, ge=1, le=MAX_SPEAKERS)
+    """Bounds on the number diarization estimates (``/v2``'s ``speaker_options``); not with
+    ``speakers_expected``."""
+    diarize: bool = True
+    """Whether a speaker model runs (``/v2``'s ``speaker_labels``; always on ``/v1``). False:
+    a job mixed down to one audio is completed by transcribe with one speaker, and the
+    diarize stage never sees it; a multichannel job's speakers are its channels."""
     multichannel: bool = False
     """Each channel transcribed on its own, the speaker being the channel (``/v2``'s
-    ``multichannel``); false: the channels are mixed down to one and diarized."""
+    ``multichannel``); false: the channels are mixed down to one."""
     redaction: PiiRedaction | None = None
     """PII to redact from the words (and audio) before anything stores them (``/v2``)."""
     vocabulary: list[tuple[str, int]] | None = None
     """Key terms for the recogniser (``/v2`` ``keyterms_prompt`` or ``word_boost``), as
     ``(term, strength 0-12)``, the live sessions' custom vocabulary; None: none."""
+
+    @model_validator(mode="after")
+    def _one_speaker_hint(self) -> "JobSpec":
+        if self.speakers_expected is not None and (self.min_speakers_expected is not None
+                                                   or self.max_speakers_expected is not None):
+            raise ValueError("an exact speaker count and speaker bounds exclude each other")
+        self.speaker_count()
+        return self
+
+    def speaker_count(self) -> SpeakerCount:
+        """The bounds diarization keeps to."""
+        if self.speakers_expected is not None:
+            return SpeakerCount.exactly(self.speakers_expected)
+        return SpeakerCount(at_least=self.min_speakers_expected or 1,
+                            at_most=self.max_speakers_expected)
+
+    @property
+    def assembled_by_transcribe(self) -> bool:
+        """A job with no speaker stage: not diarized and mixed down to one audio."""
+        return not self.diarize and not self.multichannel
 
 
 Channels = Annotated[int | None, Field(ge=1)]

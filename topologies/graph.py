@@ -8,6 +8,7 @@ prints it. Batch::
 
     gateway ──account-events──► accounts ──dispatch──► decode ──account-events (duration)──► accounts
     accounts ──admissions──► chunk ──chunks──► transcribe ──transcribed──► diarize ──outcomes──► finalize
+    transcribe ──outcomes (completed, not diarized: /v2 without speaker_labels)──► finalize
     decode/chunk/transcribe/diarize ──outcomes (failed)──► finalize
     finalize ──account-events (finished)──► accounts ──settled──► publish
     publish ──webhooks──► webhooks (a timer retries on schedule);  publish ──transcripts.completed──► data engineers
@@ -147,11 +148,12 @@ GRAPH: tuple[Node, ...] = (
          redis_read=(R.CANCELED,)),
     Node("transcribe", "stage", "Whisper (CTranslate2) word-timed recognition of each chunk; "
          "PII redacted from the words (and audio) before they are stored; prompted with the job's "
-         "key terms",
+         "key terms; completes a job that is not diarized and mixed down to one audio "
+         "(JobSpec.assembled_by_transcribe)",
          handler="pipeline.stages.transcribe:run", batched=True,
          reads=(CHUNKS,), writes=(TRANSCRIBED, OUTCOMES),
          objects_read=(O.AUDIO, O.CHANNEL_AUDIO, O.WORDS, O.SPEC),
-         objects_written=(O.WORDS, O.REDACTED_AUDIO),
+         objects_written=(O.WORDS, O.REDACTED_AUDIO, O.RESULT),
          redis_read=(R.CANCELED,)),
     Node("diarize", "stage",
          "speaker embeddings and clustering (a multichannel job's speaker is its channel); "

@@ -4,12 +4,18 @@ Average-linkage agglomerative clustering on cosine similarity decides the speake
 most ``max_cluster_windows`` windows spread evenly over the file; every window is then
 assigned to the nearest centroid. The pairwise matrix is therefore bounded and memory
 grows linearly with audio length.
+
+A job's speaker bounds (``SpeakerCount``) clip the estimated number: when the estimate
+falls outside them, the tree is cut again at the nearest bound, so the thresholds decide
+only whether the count needs clipping, never the clusters at the clipped count.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
+
+from schemas.records import SpeakerCount
 
 from .options import DiarizationOptions
 
@@ -99,7 +105,7 @@ def _constrained_average(emb: np.ndarray, apart: np.ndarray, stop: float,
 
 def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOptions,
                        groups: np.ndarray | None = None,
-                       speakers: int | None = None,
+                       speakers: SpeakerCount | None = None,
                        tracks: np.ndarray | None = None) -> np.ndarray:
     """Label each window with a speaker index (0..k-1, arbitrary order).
 
@@ -109,9 +115,10 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOp
       opts: thresholds and the clustering sample bound.
       groups: (n,) optional group of each row (its segmentation window): rows of one
         group are different speakers and never merge in the agglomerative step.
-      speakers: the number of speakers the client expects: clustering stops at that many
-        (fewer only when there are fewer distinct rows) and no threshold or pruning changes
-        it; None estimates the number.
+      speakers: bounds on the number of speakers the client expects. The number is
+        estimated, then clipped into them; a clipped (or exact) count cuts the tree at that
+        many clusters and no threshold or pruning changes it (fewer only when there are
+        fewer distinct rows). None: no bounds.
       tracks: (n,) optional local track of each row: rows of one group and one track are
         parts of one local speaker cut where its voice changed, and may merge.
 
@@ -125,14 +132,34 @@ def cluster_embeddings(emb: np.ndarray, seconds: np.ndarray, opts: DiarizationOp
         sample = np.unique(np.linspace(0, n - 1, opts.max_cluster_windows).round().astype(int))
     else:
         sample = np.arange(n)
+    count = speakers or SpeakerCount()
+    if count.exact is not None:
+        return _cut(emb, sample, opts, groups, tracks, count.exact)
+    labels = _estimate(emb, seconds, sample, opts, groups, tracks)
+    found = int(labels.max()) + 1
+    clipped = count.clip(found)
+    return labels if clipped == found else _cut(emb, sample, opts, groups, tracks, clipped)
+
+
+def _cut(emb: np.ndarray, sample: np.ndarray, opts: DiarizationOptions,
+         groups: np.ndarray | None, tracks: np.ndarray | None,
+         clusters: int | None) -> np.ndarray:
+    """The sample's tree cut at ``clusters`` (None: at the merge threshold), every row
+    assigned to the nearest centroid."""
     sample_labels, k = _compact(_agglomerate(
-        emb[sample], opts, None if groups is None else groups[sample], speakers,
+        emb[sample], opts, None if groups is None else groups[sample], clusters,
         None if tracks is None else tracks[sample]))
     cents = l2_centroids(emb[sample], sample_labels, k)
-    labels = np.argmax(emb @ cents.T, axis=1)
-    labels, k = _compact(labels)
-    if speakers is not None:
-        return labels
+    labels, _ = _compact(np.argmax(emb @ cents.T, axis=1))
+    return labels
+
+
+def _estimate(emb: np.ndarray, seconds: np.ndarray, sample: np.ndarray,
+              opts: DiarizationOptions, groups: np.ndarray | None,
+              tracks: np.ndarray | None) -> np.ndarray:
+    """Labels with the number of speakers the thresholds find."""
+    labels = _cut(emb, sample, opts, groups, tracks, None)
+    k = int(labels.max()) + 1
 
     # Clusters too small to trust join their nearest large cluster.
     while k > 1:

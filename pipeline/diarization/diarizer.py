@@ -25,6 +25,8 @@ import numpy as np
 from scipy.cluster.hierarchy import fcluster, linkage
 from scipy.optimize import linear_sum_assignment
 
+from schemas.records import SpeakerCount
+
 from ..types import SAMPLE_RATE, Region, SpeakerTurn
 from .clustering import cluster_embeddings, l2_centroids
 from .embedding import FRAME_SHIFT, SpeakerEmbedder
@@ -86,9 +88,9 @@ class _Chunks:
 class Diarizer:
     """Diarizes one file at a time; the models are shared, preloaded resources.
 
-    The number of speakers is found automatically, unless the job gives one
-    (``speakers_expected`` of AssemblyAI's API). Turns of different speakers overlap
-    where the segmentation hears two voices at once.
+    The number of speakers is found automatically, then clipped into the job's bounds
+    (``speaker_options`` of AssemblyAI's API; ``speakers_expected`` is equal bounds).
+    Turns of different speakers overlap where the segmentation hears two voices at once.
     """
 
     def __init__(self, embedder: SpeakerEmbedder, opts: DiarizationOptions | None = None,
@@ -102,14 +104,16 @@ class Diarizer:
         return self._opts
 
     def diarize(self, audio: np.ndarray, speech: list[Region],
-                speakers: int | None = None) -> list[SpeakerTurn]:
+                speakers: SpeakerCount | None = None) -> list[SpeakerTurn]:
         """Speaker turns in time order.
 
         Args:
           audio: 16 kHz mono float32 samples of the whole file (anything that has ``len``
             and gives float32 arrays for slices; only the speech stretches are read).
           speech: VAD speech regions in seconds (any order; clipped to the audio).
-          speakers: the number of speakers the client expects, or None to estimate it.
+          speakers: bounds on the number of speakers (an exact count when equal); None:
+            estimated without bounds. A file with too little speech to embed two voices is
+            one speaker unless the bounds ask for more.
 
         Returns:
           Turns with speakers numbered 0, 1, … in order of first speech; turns of
@@ -121,7 +125,8 @@ class Diarizer:
         if not pieces:
             return []
         short = sum(p.duration for p in pieces) < 2 * opts.min_speaker
-        if speakers == 1 or (speakers is None and short):
+        count = speakers or SpeakerCount()
+        if count.at_most == 1 or (count.at_least == 1 and short):
             # A speaker needs min_speaker seconds of speech: this little is one voice, and
             # short prompts (most of a call-centre backlog) skip the embeddings. The VAD's
             # padding around so little speech is mostly false alarm: the segmentation model
@@ -359,7 +364,8 @@ class Diarizer:
     # --- 3./4. global speakers ----------------------------------------------------------------
 
     def _assign(self, chunks: _Chunks, emb: np.ndarray, owners: list[tuple[int, int]],
-                weights: np.ndarray, speech: float, speakers: int | None = None) -> None:
+                weights: np.ndarray, speech: float,
+                speakers: SpeakerCount | None = None) -> None:
         opts = self._opts
         if len(owners) == 0:
             # Nobody embeddable (all speech brief or overlapped): one speaker.

@@ -35,7 +35,7 @@ async def run(ports: Ports, done: Transcribed) -> None:
                 spec = JobSpec.model_validate_json(await ports.objects.get_bytes(files.spec))
                 async with ports.objects.local_copy(files.audio) as pcm:
                     result = await ports.models.run(ports.models.diarize, pcm, speech, words,
-                                                    spec.speakers_expected)
+                                                    spec.speaker_count())
         except ObjectMissing as exc:
             return await inputs_missing(ports, tid, "diarize", exc)
         await ports.objects.put_bytes(files.result, result.model_dump_json().encode())

@@ -6,6 +6,10 @@ stored: nothing downstream (the result, ClickHouse, the topics, webhooks) ever h
 the words as spoken. The redacted audio, when asked for, is written before the words,
 so a replay that finds the words stored finds it too. A job with key terms
 (``JobSpec.vocabulary``) has the recogniser prompted with them.
+
+A job that is not diarized and mixed down to one audio (``JobSpec.assembled_by_transcribe``:
+``/v2`` without ``speaker_labels``) is completed here, one speaker's: its result goes to
+finalize and the diarize stage never sees it.
 """
 
 from __future__ import annotations
@@ -14,10 +18,10 @@ import asyncio
 import contextlib
 import dataclasses
 
-from schemas.records import Chunk, ChunkPlan, JobSpec, PiiRedaction, Transcribed
+from schemas.records import Chunk, ChunkPlan, JobOutcome, JobSpec, PiiRedaction, Transcribed
 from stores.objects import ObjectMissing
 from topologies.objects import JobFiles
-from topologies.topics import TRANSCRIBED
+from topologies.topics import OUTCOMES, TRANSCRIBED
 
 from ..engines import Engines
 from ..redaction import audio_regions, find_pii, redact_words, write_redacted_audio
@@ -54,18 +58,28 @@ async def run(ports: Ports, plan: ChunkPlan) -> None:
     step = plan_step(canceled, done)
     if step == "drop":
         return
-    if step == "run":
-        # a job without speech still reads its audio (a lost copy fails the job); a
-        # multichannel job's silent channels have no chunks and nothing to read
-        chunks = by_channel(plan.chunks) or ({} if plan.channels else {None: []})
-        try:
-            spec = JobSpec.model_validate_json(await ports.objects.get_bytes(files.spec))
+    try:
+        spec = JobSpec.model_validate_json(await ports.objects.get_bytes(files.spec))
+        if step == "run":
+            # a job without speech still reads its audio (a lost copy fails the job); a
+            # multichannel job's silent channels have no chunks and nothing to read
+            chunks = by_channel(plan.chunks) or ({} if plan.channels else {None: []})
             words = await _recognise(ports, files, chunks, hotwords(spec.vocabulary))
             if spec.redaction is not None:
                 words = await _redact(ports, files, words, spec.redaction)
-        except ObjectMissing as exc:
-            return await inputs_missing(ports, tid, "transcribe", exc)
+        elif spec.assembled_by_transcribe:
+            words = Engines.load_words(await ports.objects.get_bytes(files.words))
+    except ObjectMissing as exc:
+        return await inputs_missing(ports, tid, "transcribe", exc)
+    if step == "run":
         await ports.objects.put_bytes(files.words, Engines.dump_words(words))
+    if spec.assembled_by_transcribe:
+        result = Engines.undiarized(words)
+        await ports.objects.put_bytes(files.result, result.model_dump_json().encode())
+        await ports.publish(OUTCOMES, tid, JobOutcome(
+            account_id=plan.account_id, transcript_id=tid, status="completed",
+            duration=plan.duration, result_key=files.result))
+        return
     await ports.publish(TRANSCRIBED, tid, Transcribed(
         account_id=plan.account_id, transcript_id=tid, duration=plan.duration,
         result_key=files.words, channels=plan.channels))

@@ -146,7 +146,7 @@ def test_refusals_reach_the_sdk_as_its_errors(stack: Stack,
     refused = {
         "auto_chapters": aai.TranscriptionConfig(auto_chapters=True),
         "speaker_options": aai.TranscriptionConfig(
-            speaker_labels=True, speaker_options=aai.SpeakerOptions(max_speakers_expected=3)),
+            speaker_options=aai.SpeakerOptions(max_speakers_expected=3)),
         "speakers_expected": aai.TranscriptionConfig(speakers_expected=2),
         "speech_model": aai.TranscriptionConfig(speech_model=aai.SpeechModel.best),
         "language_code": aai.TranscriptionConfig(language_code="de"),

@@ -9,12 +9,14 @@ import assemblyai as aai
 import pytest
 
 from gateway.assemblyai_compat import (OPTIONS_KEY, aai_list, aai_transcript, create_body,
-                                       speaker_letter, unlabelled, upload_file_id, upload_url)
+                                       job_fields, speaker_letter, unlabelled, upload_file_id,
+                                       upload_url)
+from gateway.base import parse_body
 from pipeline.webhooks import event_body
 from schemas.api import CreateTranscript, JobError, Transcript, Utterance, Word
 from schemas.assemblyai import REFUSED, AaiCreateTranscript
 from schemas.errors import InvalidRequest
-from schemas.records import TranscriptResult
+from schemas.records import JobSpec, SpeakerCount, TranscriptResult
 
 BASE = "http://a5s.example:8080"
 HOSTS = {"a5s.example:8080"}
@@ -84,6 +86,93 @@ def test_speakers_expected_needs_speaker_labels() -> None:
         _req(speakers_expected=0)
 
 
+def _refused(param: str, **fields: object) -> str:
+    """The message of the 400 a /v2 body gets, checked to name ``param``."""
+    with pytest.raises(InvalidRequest) as exc:
+        create_body(parse_body(AaiCreateTranscript, json.dumps(
+            {"audio_url": "https://cdn.example/a.wav", **fields}).encode()), HOSTS)
+    assert exc.value.param == param
+    return exc.value.message
+
+
+def test_speaker_options_become_the_jobs_bounds() -> None:
+    """The SDK's speaker_options map onto the spec's bounds; the answer repeats them."""
+    config = aai.TranscriptionConfig(speaker_labels=True, speaker_options=aai.SpeakerOptions(
+        min_speakers_expected=2, max_speakers_expected=4))
+    sent = aai.types.TranscriptRequest(audio_url="https://cdn.example/a.wav",
+                                       **config.raw.dict(exclude_none=True))
+    req = AaiCreateTranscript.model_validate(sent.dict(exclude_none=True, by_alias=True))
+    body = create_body(req, HOSTS)
+    assert body["metadata"][OPTIONS_KEY]["speaker_options"] == {
+        "min_speakers_expected": 2, "max_speakers_expected": 4}
+    fields = job_fields(req)
+    assert fields == {"diarize": True, "speakers_expected": None,
+                      "min_speakers_expected": 2, "max_speakers_expected": 4,
+                      "multichannel": False, "redaction": None, "vocabulary": None}
+    spec = JobSpec(transcript_id="tr_1", account_id="a", key_id="k", created_at=T0, **fields)
+    assert spec.speaker_count() == SpeakerCount(at_least=2, at_most=4)
+    only_max = job_fields(_req(speaker_labels=True,
+                               speaker_options={"max_speakers_expected": 3}))
+    assert JobSpec(transcript_id="tr_1", account_id="a", key_id="k", created_at=T0,
+                   **only_max).speaker_count() == SpeakerCount(at_least=1, at_most=3)
+    transcript = _transcript().model_copy(update={"metadata": body["metadata"]})
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(transcript, BASE).model_dump_json()))
+    assert parsed.speaker_options == aai.SpeakerOptions(min_speakers_expected=2,
+                                                        max_speakers_expected=4)
+
+
+def test_only_speaker_labels_diarizes() -> None:
+    """AssemblyAI diarizes only with speaker_labels (default false); /v1 always does. A job
+    neither diarized nor multichannel is completed by transcribe; a multichannel one's
+    speakers are its channels (the diarize stage assembles them)."""
+    def spec(req: AaiCreateTranscript | None) -> JobSpec:
+        return JobSpec(transcript_id="tr_1", account_id="a", key_id="k", created_at=T0,
+                       **(job_fields(req) if req else {}))
+    assert spec(_req()).diarize is False and spec(_req()).assembled_by_transcribe
+    assert not spec(_req(speaker_labels=False)).diarize
+    labelled = spec(_req(speaker_labels=True))
+    assert labelled.diarize and not labelled.assembled_by_transcribe
+    channels = spec(_req(multichannel=True))
+    assert not channels.diarize and not channels.assembled_by_transcribe
+    assert spec(None).diarize and not spec(None).assembled_by_transcribe  # /v1
+
+
+@pytest.mark.parametrize("fields, param, words", [
+    ({"speaker_options": {"min_speakers_expected": 2}}, "speaker_options",
+     "needs speaker_labels"),
+    ({"speaker_labels": True, "speakers_expected": 2,
+      "speaker_options": {"max_speakers_expected": 3}}, "speaker_options", "not both"),
+    ({"speaker_labels": True, "speaker_options": {"min_speakers_expected": 4,
+                                                  "max_speakers_expected": 2}},
+     "speaker_options", "(4) is more than max_speakers_expected (2)"),
+    ({"speaker_labels": True, "speaker_options": {"min_speakers_expected": 0}},
+     "speaker_options.min_speakers_expected", "greater than or equal to 1"),
+    ({"speaker_labels": True, "speaker_options": {"max_speakers_expected": 21}},
+     "speaker_options.max_speakers_expected", "less than or equal to 20"),
+    ({"speaker_labels": True, "speaker_options": {"max_speakers_expected": "3"}},
+     "speaker_options.max_speakers_expected", "valid integer"),
+    ({"speaker_labels": True, "speaker_options": {"max_speakers_expected": 2.0}},
+     "speaker_options.max_speakers_expected", "valid integer"),
+    ({"speaker_labels": True, "speaker_options": [2, 3]}, "speaker_options", "Invalid"),
+    ({"speaker_labels": True, "speaker_options": {"use_two_stage_clustering": True}},
+     "speaker_options.use_two_stage_clustering", "one diarization method"),
+    ({"speaker_labels": True, "speaker_options": {"long_file_diarization_method": "standard"}},
+     "speaker_options.long_file_diarization_method", "one diarization method"),
+])
+def test_bad_speaker_hints_are_refused(fields: dict, param: str, words: str) -> None:
+    assert words in _refused(param, **fields)
+
+
+def test_empty_speaker_options_ask_for_nothing() -> None:
+    for options in ({}, None, {"min_speakers_expected": None, "use_two_stage_clustering": False}):
+        req = _req(speaker_options=options)
+        body = create_body(req, HOSTS)
+        assert body["metadata"][OPTIONS_KEY]["speaker_options"] is None
+        assert job_fields(req) == {"diarize": False, "speakers_expected": None,
+                                   "multichannel": False, "redaction": None, "vocabulary": None}
+
+
 def test_unknown_options_and_languages_are_refused() -> None:
     with pytest.raises(InvalidRequest, match="Unknown field 'shiny'"):
         create_body(_req(shiny=1), HOSTS)
@@ -117,8 +206,18 @@ def test_confidences_come_from_the_stored_result() -> None:
 
 def test_without_speaker_labels_there_are_no_speakers() -> None:
     parsed = aai.types.TranscriptResponse.parse_obj(
-        json.loads(aai_transcript(_transcript(labels=None), BASE).model_dump_json()))
+        json.loads(aai_transcript(_transcript(labels=False), BASE).model_dump_json()))
     assert parsed.utterances is None and {w.speaker for w in parsed.words} == {None}
+    assert parsed.speaker_labels is False
+
+
+def test_a_v1_transcript_read_under_v2_shows_its_speakers() -> None:
+    """A job created under /v1 was diarized: /v2 answers it as one with speaker_labels."""
+    parsed = aai.types.TranscriptResponse.parse_obj(
+        json.loads(aai_transcript(_transcript(labels=None), BASE).model_dump_json()))
+    assert parsed.speaker_labels is True
+    assert [u.speaker for u in parsed.utterances or []] == ["A", "B"]
+    assert [w.speaker for w in parsed.words or []] == ["A", "B"]
 
 
 def test_multichannel_is_taken_and_answered_by_channel() -> None:

@@ -54,6 +54,20 @@ def vad_model() -> SileroVad:
     return SileroVad()
 
 
+@pytest.fixture(scope="session")
+def embedder():
+    """The speaker embedding model (CAM++), loaded once."""
+    from pipeline.diarization import SpeakerEmbedder
+    return SpeakerEmbedder()
+
+
+@pytest.fixture(scope="session")
+def diarizer(embedder):
+    """The diarizer with its default options, sharing ``embedder``."""
+    from pipeline.diarization import DiarizationOptions, Diarizer
+    return Diarizer(embedder, DiarizationOptions())
+
+
 @pytest.fixture
 def transcribe_file(tmp_path: Path, vad_model: SileroVad
                     ) -> Callable[[Path, AsrEngine], list[TimedWord]]:

@@ -124,7 +124,7 @@ class FakeModels:
         self.hotwords = hotwords
         return [TimedWord("hello", 0.1, 0.5), TimedWord("world", 0.6, 1.0)]
 
-    def diarize(self, pcm: Path, speech: Any, words: Any, speakers: int | None) -> Any:
+    def diarize(self, pcm: Path, speech: Any, words: Any, speakers: Any) -> Any:
         self.calls["diarize"] += 1
         return self.result
 
@@ -179,13 +179,12 @@ class Harness:
 
     async def job(self, tid: str = "tr_1", *, status: str = "processing",
                   file_id: str | None = None, webhook_url: str | None = None,
-                  speakers: int | None = None, multichannel: bool = False,
-                  vocabulary: list[tuple[str, int]] | None = None) -> TranscriptRow:
+                  speakers: int | None = None, **spec_fields: Any) -> TranscriptRow:
         """A transcript row and its spec, as the gateway records them."""
         spec = JobSpec(transcript_id=tid, account_id="acct", key_id="key", created_at=T0,
                        audio_url=None if file_id else "https://audio.example/a.wav",
                        file_id=file_id, webhook_url=webhook_url, speakers_expected=speakers,
-                       multichannel=multichannel, vocabulary=vocabulary)
+                       **spec_fields)
         await self.objects.put_bytes(JobFiles(tid).spec, spec.model_dump_json().encode())
         row = TranscriptRow(id=tid, account_id="acct", key_id="key", created_at=T0,
                             status=status, file_id=file_id, webhook_url=webhook_url,

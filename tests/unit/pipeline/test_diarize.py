@@ -13,6 +13,7 @@ import pytest
 from pipeline.diarization import (AssembleOptions, DiarizationOptions, Diarizer, SpeakerEmbedder,
                                   assemble, cluster_embeddings)
 from pipeline.types import SAMPLE_RATE, Region, SpeakerTurn, TimedWord
+from schemas.records import SpeakerCount
 
 EVAL = Path(__file__).parents[3].parent / "shared" / "eval"
 
@@ -42,16 +43,6 @@ def load_audio(path: Path) -> np.ndarray:
             chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(frame)]
         chunks += [f.to_ndarray().reshape(-1) for f in resampler.resample(None)]
     return np.concatenate(chunks).astype(np.float32)
-
-
-@pytest.fixture(scope="session")
-def embedder() -> SpeakerEmbedder:
-    return SpeakerEmbedder()
-
-
-@pytest.fixture(scope="session")
-def diarizer(embedder: SpeakerEmbedder) -> Diarizer:
-    return Diarizer(embedder, DiarizationOptions())
 
 
 @pytest.fixture(scope="session")
@@ -539,10 +530,12 @@ def test_clustering_to_an_expected_count() -> None:
     rng = np.random.default_rng(2)
     three = _blobs(rng, 3, 600)
     for k in (1, 2, 3):
-        labels = cluster_embeddings(three, np.full(600, 0.75), DiarizationOptions(), speakers=k)
+        labels = cluster_embeddings(three, np.full(600, 0.75), DiarizationOptions(),
+                                    speakers=SpeakerCount.exactly(k))
         assert len(set(labels.tolist())) == k
     one = _blobs(rng, 1, 300, spread=0.6)  # one voice, but the client says two
-    labels = cluster_embeddings(one, np.full(300, 0.75), DiarizationOptions(), speakers=2)
+    labels = cluster_embeddings(one, np.full(300, 0.75), DiarizationOptions(),
+                                speakers=SpeakerCount.exactly(2))
     assert len(set(labels.tolist())) == 2
 
 
@@ -551,10 +544,11 @@ def test_expected_speaker_count_on_real_audio(diarized, diarizer: Diarizer,
                                               speakers: int) -> None:
     """conv02 has three voices; told two or four, the diarizer gives that many."""
     audio, speech, _ = diarized("synthetic/conv02_team_meeting.wav")
-    turns = diarizer.diarize(audio, speech, speakers)
+    turns = diarizer.diarize(audio, speech, SpeakerCount.exactly(speakers))
     _check_turns(turns, speech, diarizer.options)
     assert len({t.speaker for t in turns}) == speakers
-    assert {t.speaker for t in diarizer.diarize(audio, speech, 1)} == {0}
+    assert {t.speaker for t in diarizer.diarize(audio, speech,
+                                                       SpeakerCount.exactly(1))} == {0}
 
 
 def test_clustering_never_merges_speakers_heard_in_one_window() -> None:
