@@ -212,7 +212,7 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         elif reply is Reply.pong:
             self._write(Pong())
         elif reply is Reply.finish:
-            self._spawn(self._finish(limit_reached=False))
+            self._spawn(self._finish())
 
     def _on_audio(self, frame: bytes, now: float) -> None:
         accepted = self.session.audio(frame, now)
@@ -266,7 +266,7 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         self._write(Ready(session_limit_ms=admitted.limit_ms, quota_ms=admitted.quota_ms,
                           used_ms=admitted.used_ms, language=self.session.language))
         if self.session.finish_requested:
-            await self._finish(limit_reached=False)
+            await self._finish()
 
     async def _open_on_worker(self, vocabulary: list[tuple[str, int]] | None) -> None:
         record = RealtimeAudio(session_id=self.session_id, seq=0, gateway_id=self.hub.gateway_id,
@@ -369,8 +369,12 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
                     raise
                 await asyncio.sleep(0.5)
 
-    async def _finish(self, limit_reached: bool) -> None:
-        if not self.session.begin_finish():
+    async def _finish(self, limit_reached: bool = False, idle: StreamError | None = None) -> None:
+        """End the session after its last transcript: the worker decodes every word of the
+        audio received (the last record says ``final``) and sends the whole transcript, final,
+        before ``finished``; then ``finished`` and close 1000, or for an ``idle`` session (its
+        ``finishing`` state already begun) the ``idle_timeout`` error and its close."""
+        if idle is None and not self.session.begin_finish():
             return
         if limit_reached:
             self._write(SessionLimit(message=f"The session reached its limit of "
@@ -380,7 +384,11 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         try:
             await asyncio.wait_for(self.worker_done.wait(), self.opts.finish_timeout_s)
         except TimeoutError:
-            raise StreamError(Code.a5sv2_unavailable, "The recognizer did not finish in time.")
+            raise idle or StreamError(Code.a5sv2_unavailable,
+                                      "The recognizer did not finish in time.") from None
+        if idle is not None:
+            self._fail(idle)
+            return
         billed_ms, used_ms = await self._settle()
         if self.state is not State.finishing:
             return
@@ -409,7 +417,11 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
             if first is not None:
                 self._spawn(self._resend(first))
             error = self.session.overdue(now)
-            if error is not None:
+            if error is not None and error.code is Code.idle_timeout and \
+                    self.session.begin_finish():
+                # the words of the audio received are shown before the error
+                self._spawn(self._finish(idle=error))
+            elif error is not None:
                 stalled = error.code is Code.a5sv2_unavailable
                 self._fail(error, provider="The recognizer stopped answering." if stalled
                            else None)

@@ -27,6 +27,8 @@ from schemas import ids
 from schemas.records import RealtimeAudio, RealtimeMessage
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES
 
+from .live_conversation import cut_in_speech, pcm_of
+
 pytestmark = pytest.mark.stack
 
 ALLOWED_ORIGIN = "https://app.example.com"
@@ -334,6 +336,36 @@ def test_idle_timeout(rt: Stack, key: str) -> None:
             assert await refused(ws) == ("idle_timeout", 4408)
             assert 2.5 < time.monotonic() - t < 5
     run(go())
+
+
+def test_idle_session_shows_every_word_before_its_error(rt: Stack, key: str) -> None:
+    """Speech that runs to the last frame leaves its segment open; the idle timeout must
+    still show its words, final, before ``idle_timeout``."""
+    clip = EVAL / "real" / "speechbrain" / "spk1_snt1.wav"
+    pcm = cut_in_speech(pcm_of(clip))
+    reference = next(item["reference_text"] for item in
+                     json.loads((EVAL / "manifest.json").read_text())["items"]
+                     if item["path"] == "real/speechbrain/spk1_snt1.wav")
+
+    async def go() -> list[dict[str, Any]]:
+        async with connect(rt, key) as ws:
+            await ready(ws)
+            t0 = time.perf_counter()
+            for i in range(0, len(pcm), FRAME):
+                await ws.send(pcm[i:i + FRAME])
+                await asyncio.sleep(max(0.0, t0 + (i + FRAME) / 32000 - time.perf_counter()))
+            messages = []
+            with contextlib.suppress(ConnectionClosed):
+                async for raw in ws:
+                    messages.append(json.loads(raw))
+            assert ws.close_code == 4408
+            return messages
+
+    messages = run(go())
+    assert messages[-1]["type"] == "error" and messages[-1]["code"] == "idle_timeout", messages
+    last = messages[-2]
+    assert last["type"] == "transcript" and last["is_final"], messages
+    assert jiwer.wer(plain_words(reference), plain_words(last["text"])) <= 0.3, last["text"]
 
 
 # --- limits ---------------------------------------------------------------------------------
