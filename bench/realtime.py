@@ -8,6 +8,9 @@ so both protocols see the same items under the same load; v3's **end-of-turn lat
 ended turn's arrival minus the phrase end it settles, as final latency) is printed beside
 the a5s protocol's final latency.
 
+5 sessions, then 5+5 on two accounts: ``python -m bench.realtime --sessions 5 --sessions 10
+--accounts 2``.
+
 Without ``--url`` it starts its own embedded stack (``a5s up`` in a temporary data
 directory, on free loopback ports; extra ``A5S_*`` settings pass through the
 environment, e.g. ``A5S_MODELS__STREAMING_FINAL=tiny.en``) and makes an account for the
@@ -25,7 +28,13 @@ Definitions (times are on the session's audio clock: 0 = first frame sent):
   :mod:`bench.streaming`.
 * **Final latency**: for each ``is_final`` message sent before ``finish``, its arrival
   minus the latest phrase end before it not claimed by an earlier final (finals that
-  settle a long segment mid-speech claim none and are not counted).
+  settle a long segment mid-speech claim none and are not counted); p50, p95, p99 and max.
+* **Never shown**: a clip of the programme (an utterance) none of whose words the closing
+  transcript matches (:func:`evaluation.coverage.score_utterances`), listed by clip and
+  session, beside the same count for the batch transcripts.
+* **Batch WER**: each clip of the programme transcribed once through the batch API of the
+  same service after the runs, the clips' texts joined in each session's order and scored
+  like the stream: the streaming WER beside the batch WER of the same items.
 * **First partial**: for each phrase start after at least 0.8 s without speech, the
   arrival of the first message whose text has more words than the settled text (the
   last final) minus that start.
@@ -62,6 +71,7 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -93,6 +103,8 @@ class Session:
     reference: str
     starts: list[float]
     ends: list[float]
+    clips: tuple[str, ...] = ()
+    """The programme's clips in order (eval paths), each an utterance of ``reference``."""
     messages: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     ready_s: float = 0.0
     max_send_lag: float = 0.0
@@ -208,6 +220,7 @@ def score(results: list[Session]) -> dict[str, float]:
         "del": wer.deletions if wer else 0, "ins": wer.insertions if wer else 0,
         "words": sum(len(x.split()) for x in refs),
         "final_median": pct(latencies, 50), "final_p95": pct(latencies, 95),
+        "final_p99": pct(latencies, 99),
         "final_max": max(latencies, default=float("nan")), "finals": len(latencies),
         "first_median": pct(firsts, 50), "first_p95": pct(firsts, 95),
         "first_max": max(firsts, default=float("nan")), "firsts": len(firsts),
@@ -226,7 +239,42 @@ def sessions_for(n: int, eval_dir: Path, vad: StreamingVad, clips: int) -> list[
         order = (order[k * 4 % len(order):] + order[:k * 4 % len(order)])[:clips]
         pcm, ref = build_stream(eval_dir, order)
         starts, ends = phrase_marks(vad, pcm)
-        out.append(Session(pcm, ref, starts, ends))
+        out.append(Session(pcm, ref, starts, ends, tuple(CLIPS[i] for i in order)))
+    return out
+
+
+def clip_references(eval_dir: Path) -> dict[str, str]:
+    """Each programme clip's reference (``manifest.json``)."""
+    items = json.loads((eval_dir / "manifest.json").read_text())["items"]
+    return {i["path"]: i["reference_text"] for i in items if i["path"] in CLIPS}
+
+
+def batch_clips(http_url: str, key: str, eval_dir: Path) -> dict[str, str]:
+    """Every programme clip transcribed once through the batch API: path -> text."""
+    from bench.pipeline import run_service
+    from ops.stack import EvalServer
+
+    refs = clip_references(eval_dir)
+    server = EvalServer(eval_dir)
+    try:
+        jobs, _ = run_service(http_url, [key], server.url,
+                              [{"path": p, "duration": 0.0, "reference_text": refs[p]}
+                               for p in CLIPS], 1800.0)
+    finally:
+        server.close()
+    return {j.path: j.text for j in jobs}
+
+
+def never_shown(results: list[Session], refs: dict[str, str],
+                text: Callable[[Session], str] = lambda r: r.text) -> list[str]:
+    """The programme clips none of whose words a session's ``text(session)`` matches, as
+    ``clip (session k)``; sessions that failed are left out."""
+    out = []
+    for k, r in enumerate(results):
+        if r.error:
+            continue
+        scores = score_utterances([refs[c] for c in r.clips], text(r))
+        out += [f"{c} (session {k})" for c, sc in zip(r.clips, scores) if sc.never_shown]
     return out
 
 
@@ -253,6 +301,25 @@ async def _warm(url: str, key: str) -> None:
         await ws.send(json.dumps({"type": "finish"}))
         async for _ in ws:
             pass
+
+
+def _print_batch(runs: list[list[Session]], refs: dict[str, str], batch: dict[str, str]) -> None:
+    """Each run's streaming WER beside the batch WER of the same clips in the same order, and
+    the utterances the batch transcripts never show."""
+    print(f"\n== batch API on the programme's {len(batch)} clips (after the runs)")
+    for results in runs:
+        ok = [r for r in results if not r.error]
+        if not ok:
+            continue
+        joined = lambda r: " ".join(batch.get(c, "") for c in r.clips)  # noqa: E731
+        refs_n = [normalize(r.reference) for r in ok]
+        stream = jiwer.wer(refs_n, [normalize(r.text) or "<empty>" for r in ok])
+        batched = jiwer.wer(refs_n, [normalize(joined(r)) or "<empty>" for r in ok])
+        lost = never_shown(results, refs, joined)
+        print(f"{len(results)} session(s): WER streaming {stream * 100:.2f}%, batch "
+              f"{batched * 100:.2f}% (difference {(stream - batched) * 100:+.2f} points); "
+              f"never shown by the batch transcripts: {len(lost)}"
+              + "".join(f"\n  batch never shows: {name}" for name in lost))
 
 
 # --- coverage: every dev item with a reference ------------------------------------------------
@@ -356,7 +423,8 @@ def run_coverage(url: str, http_url: str, keys: list[str], eval_dir: Path, promp
           f"(difference {(s_wer - b_wer) * 100:+.2f} points); conversations only: streaming "
           f"{jiwer.wer([refs[k] for k in conv], [hyps[k] or '<empty>' for k in conv]) * 100:.2f}%,"
           f" batch {jiwer.wer([refs[k] for k in conv], [batch_hyps[k] or '<empty>' for k in conv]) * 100:.2f}%")
-    print(f"final latency p50 {_pct(finals, 50):.3f} s, p95 {_pct(finals, 95):.3f} s over "
+    print(f"final latency p50 {_pct(finals, 50):.3f} s, p95 {_pct(finals, 95):.3f} s, p99 "
+          f"{_pct(finals, 99):.3f} s, max {max(finals, default=float('nan')):.2f} s over "
           f"{len(finals)} finals; first partial p50 {_pct(firsts, 50):.3f} s, p95 "
           f"{_pct(firsts, 95):.3f} s over {len(firsts)} phrases (load average above)")
     return errors
@@ -421,6 +489,8 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
         return errors
     from bench.v3_realtime import run_v3_session  # it imports this module
     vad = StreamingVad(default_vad_path())
+    refs = clip_references(args.eval)
+    done: list[list[Session]] = []
     runs = args.sessions or [1, 5]
     accounts = args.accounts or -(-max(runs) * (2 if args.v3 else 1) // 5)
     keys = [key] + ([stack.new_account()[1] for _ in range(1, accounts)] if stack else [])
@@ -478,8 +548,14 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
                 print("  session error:", r.error)
         print(f"WER {s['wer'] * 100:.2f}% (S{s['sub']} D{s['del']} I{s['ins']} of "
               f"{s['words']} words)")
-        print(f"final latency: median {s['final_median']:.3f} s, p95 {s['final_p95']:.3f} s, "
-              f"max {s['final_max']:.2f} s over {s['finals']} finals")
+        print(f"final latency: p50 {s['final_median']:.3f} s, p95 {s['final_p95']:.3f} s, "
+              f"p99 {s['final_p99']:.3f} s, max {s['final_max']:.2f} s over {s['finals']} "
+              f"finals")
+        lost = never_shown(results, refs)
+        print(f"never shown: {len(lost)} of "
+              f"{sum(len(r.clips) for r in results if not r.error)} utterances"
+              + "".join(f"\n  never shown: {name}" for name in lost))
+        done.append(results)
         print(f"first partial: median {s['first_median']:.3f} s, p95 {s['first_p95']:.3f} s, "
               f"max {s['first_max']:.2f} s over {s['firsts']} phrases")
         if lags:
@@ -504,6 +580,8 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
             for r in results:
                 print("  REF:", normalize(r.reference))
                 print("  HYP:", r.text)
+    http_url = stack.url("") if stack else args.url.replace("ws", "http", 1).split("/v1/")[0]
+    _print_batch(done, refs, batch_clips(http_url, key, args.eval))
     print(f"\nlargest number of sessions that kept real time: "
           f"{max(kept) if kept else 'none'} (of {runs}; load average now "
           f"{' '.join(f'{x:.2f}' for x in os.getloadavg())})")
