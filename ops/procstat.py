@@ -1,5 +1,5 @@
-"""What a benchmark reads of the embedded stack's processes: memory, CPU time, and how many
-of a process's threads want a core.
+"""What a benchmark reads of the embedded stack's processes: memory, CPU time, open
+descriptors, threads, and how many of a process's threads want a core.
 
 The embedded stack writes one pid file per process under ``<data_dir>/run/``.
 """
@@ -9,10 +9,13 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 
 __all__ = ["PROCESSES", "pid_of", "alive", "memory_kb", "cpu_seconds", "stack_cpu",
-           "thread_demand", "Demand", "unwanted_core_seconds"]
+           "thread_count", "open_fds", "socket_peers", "fd_kind", "thread_demand", "Demand",
+           "unwanted_core_seconds"]
 
 PROCESSES = ("service", "broker", "redis")
 _TICKS = os.sysconf("SC_CLK_TCK")
@@ -57,6 +60,94 @@ def cpu_seconds(pid: int) -> float | None:
         return (int(fields[11]) + int(fields[12])) / _TICKS
     except (FileNotFoundError, ProcessLookupError, IndexError, ValueError):
         return None
+
+
+def thread_count(pid: int) -> int | None:
+    """How many threads ``pid`` runs, or None when it is gone."""
+    try:
+        return len(os.listdir(f"/proc/{pid}/task"))
+    except OSError:
+        return None
+
+
+def socket_peers(pid: int) -> dict[str, tuple[str, int, int]]:
+    """Each socket inode seen in ``pid``'s network namespace: (protocol, local port, remote
+    port) for TCP (remote port 0 for a listener), (``unix``, 0, 0) for Unix sockets."""
+    out: dict[str, tuple[str, int, int]] = {}
+    for table in ("tcp", "tcp6"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            f = line.split()
+            if len(f) < 10:
+                continue
+            local, remote = int(f[1].rsplit(":", 1)[1], 16), int(f[2].rsplit(":", 1)[1], 16)
+            out[f[9]] = ("tcp", local, 0 if f[3] == "0A" else remote)
+    try:
+        for line in Path(f"/proc/{pid}/net/unix").read_text().splitlines()[1:]:
+            f = line.split()
+            if len(f) >= 7:
+                out[f[6]] = ("unix", 0, 0)
+    except OSError:
+        pass
+    return out
+
+
+def fd_kind(target: str, peers: Mapping[str, tuple[str, int, int]],
+            ports: Mapping[int, str], roots: Mapping[str, str]) -> str:
+    """What one descriptor is, from its ``/proc/<pid>/fd`` link: ``socket ...`` (a TCP
+    listener on, a connection to or from, a port named in ``ports`` or by number; a Unix
+    socket), ``file <directory>`` (a path under one of ``roots`` is shown from its name; a
+    thread's ``/proc/<pid>/task/<tid>`` files as one directory, marked where the thread has
+    exited),
+    ``pipe``, or the kernel's own name (``anon_inode:[eventfd]``, ``/dev/null``)."""
+    if target.startswith("socket:["):
+        proto, local, remote = peers.get(target[8:-1], ("other", 0, 0))
+        if proto != "tcp":
+            return f"socket {proto}"
+        if not remote:
+            return f"socket listening on {ports.get(local, local)}"
+        if local in ports:
+            return f"socket from a client of {ports[local]}"
+        return f"socket to {ports.get(remote, remote)}"
+    if target.startswith("pipe:"):
+        return "pipe"
+    if target.startswith("anon_inode:"):
+        return target.split(":", 1)[1].strip("[]")
+    if target.startswith("/dev/"):
+        return target
+    if target.startswith("/proc/"):  # a thread's own statistics files, under its task id
+        parts = target.split("/")
+        if len(parts) > 5 and parts[3] == "task":
+            gone = "" if os.path.isdir("/".join(parts[:5])) else " (of an exited thread)"
+            return f"file /proc/<pid>/task/<tid>{gone}"
+    if target.startswith("/"):
+        directory = str(Path(target.removesuffix(" (deleted)")).parent)
+        for root, name in sorted(roots.items(), key=lambda r: -len(r[0])):
+            if directory == root or directory.startswith(root + "/"):
+                directory = name + directory[len(root):]
+                break
+        return f"file {directory}" + (" (deleted)" if target.endswith(" (deleted)") else "")
+    return target
+
+
+def open_fds(pid: int, ports: Mapping[int, str] | None = None,
+             roots: Mapping[str, str] | None = None) -> Counter[str] | None:
+    """``pid``'s open descriptors counted by kind (``fd_kind``), or None when it is gone."""
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return None
+    targets = []
+    for name in names:
+        try:
+            targets.append(os.readlink(f"/proc/{pid}/fd/{name}"))
+        except OSError:  # closed meanwhile
+            continue
+    peers = socket_peers(pid) if any(t.startswith("socket:") for t in targets) else {}
+    return Counter(fd_kind(t, peers, ports or {}, roots or {}) for t in targets)
 
 
 def stack_cpu(run_dir: Path) -> dict[str, float]:
