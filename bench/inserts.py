@@ -5,7 +5,7 @@ as the job path does) through ``stores.clickhouse.ClickHouse`` on a fresh chdb d
 directory, waits for the merges they start, and prints the CPU of the whole process
 (chdb's own threads included) per insert, and how many files the parts left behind hold.
 ``full`` is the engine's default (about ten files a part), ``packed`` the service's
-(``ClickHouse.pack_small_parts``, one file a part). Rounds alternate, each in a process of
+(``ClickHouse.set_table_settings``, one file a part). Rounds alternate, each in a process of
 its own (chdb allows one engine a process):
 
     python -m bench.inserts --n 600 --rounds 2

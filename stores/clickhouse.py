@@ -8,7 +8,9 @@ the job path's rows (:data:`LOGGED_TABLES`) are kept in an insert log and insert
 once a ``batch_s`` (:mod:`stores.insert_log`); every statement first inserts what the
 log holds, so a read sees every row taken before it. Schema comes from
 the versioned DDL files in ``stores/ddl`` applied once each, in order; the embedded
-engine then writes its small parts packed, one file each (:meth:`ClickHouse.pack_small_parts`).
+engine's tables then get the settings of :data:`EMBEDDED_TABLE_SETTINGS`
+(:meth:`ClickHouse.set_table_settings`): small parts packed, one file each, and outdated
+parts removed on one thread.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from schemas.errors import InternalError, UpstreamTimeout, UpstreamUnavailable
 from .insert_log import InsertLog
 
 __all__ = ["ClickHouse", "RemoteClickHouse", "map_clickhouse_errors", "MIGRATIONS",
-           "PROXY_SCHEME", "LOGGED_TABLES", "INSERT_LOG_DIR"]
+           "PROXY_SCHEME", "LOGGED_TABLES", "INSERT_LOG_DIR", "EMBEDDED_TABLE_SETTINGS"]
 
 log = logging.getLogger(__name__)
 MIGRATIONS = "ddl"
@@ -42,6 +44,25 @@ PROXY_SCHEME = "a5s+http://"
 PACKED_PART_BYTES = 10 * 1024 * 1024
 """Embedded parts under this many bytes (uncompressed) are written as one file: the size
 under which ClickHouse writes a part compact (``min_bytes_for_wide_part``)."""
+EMBEDDED_TABLE_SETTINGS = {"min_bytes_for_full_part_storage": PACKED_PART_BYTES,
+                           "concurrent_part_removal_threshold": 1_000_000_000}
+"""What every MergeTree table of the embedded engine is altered to (a server's tables are
+its operator's).
+
+``min_bytes_for_full_part_storage``: parts under :data:`PACKED_PART_BYTES` are packed.
+Every insert writes a part, and a full part is ten files (data, marks, index, checksums
+and six of metadata): on the job path's five inserts a job, and the merges after them,
+creating and deleting those files took the engine's threads more CPU than the rows did.
+A packed part is one file; larger parts stay full, so a large table reads as before.
+
+``concurrent_part_removal_threshold``: outdated parts are removed on the cleaning thread,
+however many there are. At 100 or more at once (a table's parts merged after a busy
+minute), ClickHouse removes them on up to 128 threads of its global pool, which keeps
+idle threads for the life of the process (it cannot be told to keep fewer on chdb), and
+an idle thread that later runs a statement's work keeps three files open for its
+profile counters (``/proc/<pid>/task/<tid>/stat``, ``schedstat``, ``io``): the service's
+open descriptors grew by about one every fifteen jobs, towards some 400 more, with 130
+threads doing nothing (``python -m bench.soak``; docs/operations.md, *Over days*)."""
 LOGGED_TABLES = frozenset({"transcripts", "transcript_results", "usage_events"})
 """The job path's tables: a few rows a job each, written through the insert log."""
 INSERT_LOG_DIR = "a5s_insert_log"
@@ -164,7 +185,7 @@ class ClickHouse:
         await self._run(_nothing)
         await self.migrate()
         if self.embedded:
-            await self.pack_small_parts()
+            await self.set_table_settings()
             if self.batch_s > 0 and self._log is None:
                 self._log = InsertLog(Path(urlsplit(self.dsn).path) / INSERT_LOG_DIR)
                 await self.flush()  # what an earlier process left, before anything reads
@@ -221,23 +242,20 @@ class ClickHouse:
         self.inserts += 1
         client.command(_insert_statement(self.table(table), names), data="\n".join(rows))
 
-    async def pack_small_parts(self) -> list[str]:
-        """Store the embedded engine's small parts packed; returns the tables changed.
-
-        Every insert writes a part, and a full part is ten files (data, marks, index,
-        checksums and six of metadata): on the job path's five inserts a job, and the
-        merges after them, creating and deleting those files took the engine's threads
-        more CPU than the rows did. A packed part is one file. Parts past
-        :data:`PACKED_PART_BYTES` stay full, so a large table reads as before. A server's
-        storage is its operator's choice and is left alone.
-        """
+    async def set_table_settings(self) -> list[str]:
+        """Give the embedded engine's MergeTree tables :data:`EMBEDDED_TABLE_SETTINGS` where
+        they lack one (an ``ALTER TABLE ... MODIFY SETTING``); returns the tables changed."""
         rows = await self.query(
             "SELECT name, engine_full FROM system.tables WHERE database = {d:String} "
             "AND engine LIKE '%MergeTree'", {"d": self.database})
-        setting = f"min_bytes_for_full_part_storage = {PACKED_PART_BYTES}"
-        changed = [r["name"] for r in rows if setting not in r["engine_full"]]
-        for name in changed:
-            await self.command(f"ALTER TABLE {self.table(name)} MODIFY SETTING {setting}")
+        wanted = [f"{k} = {v}" for k, v in EMBEDDED_TABLE_SETTINGS.items()]
+        changed = []
+        for row in rows:
+            missing = [s for s in wanted if s not in row["engine_full"]]
+            if missing:
+                await self.command(f"ALTER TABLE {self.table(row['name'])} MODIFY SETTING "
+                                   + ", ".join(missing))
+                changed.append(row["name"])
         return changed
 
     async def close(self) -> None:

@@ -53,7 +53,7 @@ async def main():
     other = await Transcripts(ch).get("tr_a", "acct_2")
     print(json.dumps({"status": row.status, "duration": row.audio_duration,
                       "metadata": row.metadata, "other_account": other is None,
-                      "applied": await ch.migrate(), "repacked": await ch.pack_small_parts()}))
+                      "applied": await ch.migrate(), "repacked": await ch.set_table_settings()}))
     await ch.close()
 asyncio.run(main())
 """
@@ -160,3 +160,49 @@ def test_every_kind_of_value_comes_back_as_it_was_written(tmp_path: Path) -> Non
     assert {k: back[k] for k in sent if k != "version"} == \
         {k: v for k, v in sent.items() if k != "version"}
     assert "😀" in json.loads(back["metadata"])["k"] and back["audio_duration"] == 1 / 3
+
+
+
+OUTDATED_PARTS = """
+import asyncio, json, os, sys, time
+from stores.clickhouse import ClickHouse
+from ops.procstat import open_fds, thread_count
+async def main():
+    ch = ClickHouse("chdb://" + sys.argv[1])
+    await ch.start()
+    table = "{db}.usage_events"
+    await ch.command(f"ALTER TABLE {table} MODIFY SETTING cleanup_delay_period = 1, "
+                     "max_cleanup_delay_period = 1, cleanup_delay_period_random_add = 0")
+    await ch.command(f"SYSTEM STOP MERGES {table}")
+    for n in range(150):  # a part each
+        await ch.command(f"INSERT INTO {table} (event_id, account_id) VALUES ('e{n}', 'a')")
+    files = lambda: open_fds(os.getpid())["file /proc/<pid>/task/<tid>"]
+    threads, thread_files = thread_count(os.getpid()), files()
+    await ch.command(f"SYSTEM START MERGES {table}")
+    await ch.command(f"OPTIMIZE TABLE {table} FINAL")  # 150 parts outdated at once
+    outdated = -1
+    for _ in range(120):  # the cleaning thread's turn: every second here
+        outdated = (await ch.query("SELECT count() AS n FROM system.parts WHERE database = "
+                                   "'a5s' AND table = 'usage_events' AND NOT active"))[0]["n"]
+        if not outdated:
+            break
+        await asyncio.sleep(0.5)
+    for n in range(50):  # statements that would run on whatever threads the pool keeps
+        await ch.query(f"SELECT count() FROM {table}")
+    print(json.dumps({"outdated": outdated, "threads": [threads, thread_count(os.getpid())],
+                      "thread_files": [thread_files, files()]}))
+    await ch.close()
+asyncio.run(main())
+"""
+
+
+def test_outdated_parts_are_removed_without_a_crowd_of_threads_left_behind(
+        tmp_path: Path, own_process) -> None:
+    """150 parts outdated at once (ClickHouse removes 100 or more on up to 128 threads of
+    a pool that keeps them for the life of the process, each then holding three files once
+    it has run a statement's work): removed, and the process has a few threads more at most."""
+    out = own_process(OUTDATED_PARTS, str(tmp_path / "clickhouse"))
+    assert out["outdated"] == 0, out
+    (before, after), (files, files_after) = out["threads"], out["thread_files"]
+    assert after - before <= 8, out
+    assert files_after - files <= 3 * 8, out  # three a thread
