@@ -22,7 +22,9 @@ the speaker count against the truth, RTF and the peak resident memory while diar
 from __future__ import annotations
 
 import argparse
+import copy
 import os
+import pickle
 import shlex
 import sys
 import tempfile
@@ -32,11 +34,12 @@ from pathlib import Path
 
 import numpy as np
 
-from evaluation.diarization import SCORED, build_long, der_counts, read_rttm, unmatched_voices
+from evaluation.diarization import (SCORED, build_conversation, build_long, der_counts, read_rttm,
+                                   source_of, unmatched_voices, voice_frames)
 from pipeline.audio import decode_to_pcm
 from pipeline.diarization import DiarizationOptions, Diarizer, SpeakerEmbedder
 from pipeline.engines import PcmSamples
-from pipeline.types import SAMPLE_RATE, Region
+from pipeline.types import SAMPLE_RATE, Region, SpeakerTurn
 from pipeline.vad import SileroVad, VadOptions, speech_regions
 
 __all__ = ["main"]
@@ -89,11 +92,59 @@ def _load() -> str:
     return "load average " + " ".join(f"{x:.2f}" for x in os.getloadavg())
 
 
-def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float) -> None:
-    """Build, diarize and score one cycled recording of ``seconds``."""
+class Prepared:
+    """One file segmented and embedded once (the models' work), then clustered and turned
+    into turns under as many option sets as asked: the clustering and turn options (not
+    ``step``, ``pad``, ``join_gap``, the embedding or piece options) vary at little cost."""
+
+    def __init__(self, diarizer: Diarizer, samples: PcmSamples, speech: list[Region]) -> None:
+        from pipeline.diarization.diarizer import _edges, _merge
+        opts = diarizer.options
+        self.duration = len(samples) / SAMPLE_RATE
+        self.pieces = _merge(speech, self.duration)
+        self.fixed: list | None = None
+        if sum(p.duration for p in self.pieces) < 2 * opts.min_speaker:
+            self.fixed = diarizer.diarize(samples, speech)  # the short path: no clustering
+            return
+        self.stretches = _merge(self.pieces, self.duration, pad=opts.pad, gap=opts.join_gap)
+        self.chunks = diarizer._segment(samples, self.stretches)  # noqa: SLF001
+        self.chunks.pauses = _edges(speech, self.duration)
+        self.emb, self.owners, self.weights = diarizer._embed(samples, self.chunks)  # noqa: SLF001
+
+    def turns(self, diarizer: Diarizer, opts: DiarizationOptions | None = None,
+              speakers: int | None = None) -> list:
+        from pipeline.diarization.diarizer import _trim_heap, _widen
+        if self.fixed is not None:
+            return self.fixed
+        kept = diarizer._opts  # noqa: SLF001 - the bench varies the stage's own options
+        diarizer._opts = opts or kept  # noqa: SLF001
+        try:
+            chunks = copy.deepcopy(self.chunks)
+            diarizer._assign(chunks, self.emb, self.owners, self.weights,  # noqa: SLF001
+                             sum(p.duration for p in self.pieces), speakers)
+            return diarizer._turns(chunks, self.stretches,  # noqa: SLF001
+                                   _widen(self.pieces, self.duration,
+                                          diarizer.options.speech_margin))
+        finally:
+            diarizer._opts = kept  # noqa: SLF001
+            _trim_heap()
+
+
+def _der(c: dict[str, float]) -> str:
+    ref = c["ref"] or 1.0
+    return (f"DER {(c['miss'] + c['fa'] + c['conf']) / ref * 100:5.1f}% (miss"
+            f" {c['miss'] / ref * 100:.1f}%, fa {c['fa'] / ref * 100:.1f}%, conf"
+            f" {c['conf'] / ref * 100:.1f}%)")
+
+
+def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float, cycled: bool = False,
+             scored: list | None = None) -> None:
+    """Build, diarize and score one many-voice conversation (or, ``cycled``, the scored items
+    cycled) of ``seconds``; with ``scored``, keep (name, prepared file, reference) there for
+    the sweeps."""
     with tempfile.TemporaryDirectory() as tmp:
         pcm = Path(tmp) / "long.pcm"
-        ref = build_long(eval_dir, seconds, pcm)
+        ref = (build_long if cycled else build_conversation)(eval_dir, seconds, pcm)
         t0 = time.perf_counter()
         speech = speech_regions(pcm, VadOptions(), SileroVad())
         t1 = time.perf_counter()
@@ -101,26 +152,156 @@ def run_long(diarizer: Diarizer, eval_dir: Path, seconds: float) -> None:
             duration = len(samples) / SAMPLE_RATE
             before = _PeakRss.now()
             cpu = time.process_time()
-            turns = diarizer.diarize(samples, speech)  # type: ignore[arg-type]
+            prepared = Prepared(diarizer, samples, speech)
+            turns = prepared.turns(diarizer)
             cpu = time.process_time() - cpu
         t2 = time.perf_counter()
-    c = der_counts(ref, turns, duration)
-    der = (c["miss"] + c["fa"] + c["conf"]) / c["ref"] * 100
+    name = f"{'cycled' if cycled else 'long'} {seconds:.0f} s"
+    if scored is not None:
+        scored.append((name, prepared, ref))
     truth = len({s for s, _, _ in ref})
     found = len({t.speaker for t in turns})
-    print(f"long {seconds:7.0f} s: DER {der:5.1f}% (miss {c['miss'] / c['ref'] * 100:.1f}%,"
-          f" fa {c['fa'] / c['ref'] * 100:.1f}%, conf {c['conf'] / c['ref'] * 100:.1f}%)"
-          f" speakers {found} (truth {truth}); RTF diarization {(t2 - t1) / duration:.4f}"
-          f" (CPU {cpu / duration:.4f}), VAD {(t1 - t0) / duration:.4f};"
-          f" peak RSS while diarizing {rss.peak / 2**20:.0f} MiB"
+    print(f"{name}: {_der(der_counts(ref, turns, duration))} speakers {found} (truth {truth});"
+          f" RTF diarization {(t2 - t1) / duration:.4f} (CPU {cpu / duration:.4f}),"
+          f" VAD {(t1 - t0) / duration:.4f}; peak RSS while diarizing {rss.peak / 2**20:.0f} MiB"
           f" ({(rss.peak - before) / 2**20:+.0f} MiB over the loaded models); {_load()}",
           flush=True)
-    speech = {}
+    speech_s: dict[str, float] = {}
     for spk, s, e in ref:
-        speech[spk] = speech.get(spk, 0.0) + e - s
+        speech_s[spk] = speech_s.get(spk, 0.0) + e - s
     lost = unmatched_voices(ref, turns, duration)
     print("  voices without a speaker of their own: "
-          + (", ".join(f"{v} ({speech[v]:.0f} s)" for v in lost) or "none"), flush=True)
+          + (", ".join(f"{v} ({speech_s[v]:.0f} s)" for v in lost) or "none"), flush=True)
+
+
+def run_sweep(diarizer: Diarizer, scored: list, field: str, values: list[str]) -> None:
+    """Every scored file at each value of one option (the models' work done once), then
+    leave-one-source-out: for each eval source, the value with the lowest DER over the
+    frames where only the other sources' voices speak, and the DER it gives over the frames
+    where the held-out source's voices speak, beside the default's."""
+    base = diarizer.options
+    default = str(getattr(base, field))
+    values = values if default in values else [*values, default]
+    results = {}
+    print(f"sweep {field}: " + ", ".join(values))
+    for value in values:
+        opts = base.model_copy(update={field: type(getattr(base, field))(value)})
+        out = []
+        singles = []
+        for name, prepared, ref in scored:
+            turns = prepared.turns(diarizer, opts)
+            out.append((turns, prepared.duration))
+            found = len({t.speaker for t in turns})
+            if ref is None:
+                singles.append(found)
+                continue
+            print(f"  {field}={value:6} {name:32} {_der(der_counts(ref, turns, prepared.duration))}"
+                  f" speakers {found} (truth {len({s for s, _, _ in ref})})", flush=True)
+        if singles:
+            print(f"  {field}={value:6} single-speaker items: speakers "
+                  + " ".join(map(str, singles)), flush=True)
+        results[value] = out
+    sources = sorted({source_of(v) for _, _, ref in scored if ref for v, _, _ in ref})
+
+    def pooled(value: str, voices_of: callable) -> dict[str, float]:
+        total = dict.fromkeys(("ref", "miss", "fa", "conf"), 0.0)
+        for (turns, duration), (_, _, ref) in zip(results[value], scored):
+            if ref is None:
+                continue
+            where = voices_of(ref, duration)
+            c = der_counts(ref, turns, duration, where)
+            for key in total:
+                total[key] += c[key]
+        return total
+
+    def rate(c: dict[str, float]) -> float:
+        return (c["miss"] + c["fa"] + c["conf"]) / (c["ref"] or 1.0) * 100
+
+    chosen, held, at_default = [], [], []
+    print(f"leave-one-source-out for {field} (default {default}):")
+    for src in sources:
+        def others(ref: list, duration: float, src: str = src) -> np.ndarray:
+            mine = voice_frames(ref, duration, {v for v, _, _ in ref if source_of(v) == src})
+            rest = voice_frames(ref, duration, {v for v, _, _ in ref if source_of(v) != src})
+            return rest & ~mine
+
+        def held_out(ref: list, duration: float, src: str = src) -> np.ndarray:
+            return voice_frames(ref, duration, {v for v, _, _ in ref if source_of(v) == src})
+
+        train = {v: rate(pooled(v, others)) for v in values}
+        best = min(values, key=lambda v: (train[v], abs(float(v) - float(default))))
+        test, test_default = rate(pooled(best, held_out)), rate(pooled(default, held_out))
+        chosen.append(float(best))
+        held.append(test)
+        at_default.append(test_default)
+        print(f"  held out {src:14} chosen {best:6} (DER on the others {train[best]:5.1f}%):"
+              f" held-out DER {test:5.1f}% (default {test_default:5.1f}%)", flush=True)
+    print(f"  spread: chosen {min(chosen):g}-{max(chosen):g}; held-out DER {min(held):.1f}-"
+          f"{max(held):.1f}% (default {min(at_default):.1f}-{max(at_default):.1f}%)", flush=True)
+
+
+def run_service(eval_dir: Path, lengths: list[float], keep: Path | None = None) -> None:
+    """The scored items, then each ``--long`` conversation (the same audio: the builder is
+    seeded) as a WAV file, sent to a started stack (``/v1/transcripts`` with ``audio_url``);
+    the transcript's utterances are scored as speaker turns, beside the diarizer's own turns
+    printed above. ``keep``: each transcript is also written there as JSON."""
+    import json
+    import wave
+
+    import httpx
+
+    from ops.stack import EvalServer, temporary_stack
+
+    totals = dict.fromkeys(("ref", "miss", "fa", "conf"), 0.0)
+    with tempfile.TemporaryDirectory() as tmp, temporary_stack() as stack:
+        items, built = EvalServer(eval_dir), EvalServer(Path(tmp))
+        try:
+            client = httpx.Client(base_url=stack.url(""), timeout=60,
+                                  headers={"Authorization": f"Bearer {stack.new_account()[1]}"})
+
+            def score(name: str, url: str, ref: list, duration: float) -> dict[str, float]:
+                t0 = time.perf_counter()
+                resp = client.post("/v1/transcripts", json={"audio_url": url})
+                resp.raise_for_status()
+                body = stack.wait_transcript(client, resp.json()["id"],
+                                             timeout_s=max(600.0, 3 * duration))
+                wall = time.perf_counter() - t0
+                if body["status"] != "completed":
+                    print(f"service {name}: {body['status']}: {body.get('error')}", flush=True)
+                    return dict.fromkeys(totals, 0.0)
+                if keep is not None:
+                    keep.mkdir(parents=True, exist_ok=True)
+                    (keep / (name.replace("/", "_").replace(" ", "_") + ".json")).write_text(
+                        json.dumps(body))
+                names: dict[str, int] = {}
+                turns = [SpeakerTurn(names.setdefault(u["speaker"], len(names)), u["start"],
+                                     u["end"]) for u in body["utterances"]]
+                c = der_counts(ref, turns, duration)
+                print(f"service {name:28} utterances {_der(c)} speakers {len(names)}"
+                      f" (truth {len({s for s, _, _ in ref})}); {len(body['words'])} words,"
+                      f" {wall:.0f} s through the service; {_load()}", flush=True)
+                return c
+
+            for stem in SCORED:
+                ref = read_rttm(eval_dir / f"{stem}.rttm")
+                with wave.open(str(eval_dir / f"{stem}.wav")) as w:
+                    duration = w.getnframes() / w.getframerate()
+                c = score(stem.split("/")[-1], items.url(f"{stem}.wav"), ref, duration)
+                for key in totals:
+                    totals[key] += c[key]
+            print(f"service items overall, utterances: {_der(totals)}", flush=True)
+            for seconds in lengths:
+                pcm = Path(tmp) / "long.pcm"
+                ref = build_conversation(eval_dir, seconds, pcm)
+                with wave.open(str(Path(tmp) / "long.wav"), "wb") as out:
+                    out.setnchannels(1)
+                    out.setsampwidth(2)
+                    out.setframerate(SAMPLE_RATE)
+                    out.writeframes(pcm.read_bytes())
+                score(f"long {seconds:.0f} s", built.url("long.wav"), ref, seconds)
+        finally:
+            items.close()
+            built.close()
 
 
 def run_cluster_scale(diarizer: Diarizer, hours: float, voices: int = 12) -> None:
@@ -169,7 +350,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
                         help="override a DiarizationOptions field")
     parser.add_argument("--long", type=float, nargs="+", default=[], metavar="SECONDS",
-                        help="also score cycled recordings of these lengths")
+                        help="also score many-voice conversations of these lengths")
+    parser.add_argument("--cycled", type=float, nargs="+", default=[], metavar="SECONDS",
+                        help="also score the scored items cycled to these lengths (9 voices)")
+    parser.add_argument("--sweep", action="append", default=[], metavar="FIELD=V1,V2,...",
+                        help="score every file at each value of a clustering or turn option "
+                             "(the models' work done once) and choose it leave-one-source-out")
+    parser.add_argument("--service", action="store_true",
+                        help="also send the scored items and each --long conversation through "
+                             "a started stack and score the transcript's utterances")
+    parser.add_argument("--save", type=Path, default=None, metavar="FILE",
+                        help="with --sweep: pickle the segmented and embedded files to FILE")
+    parser.add_argument("--load", type=Path, default=None, metavar="FILE",
+                        help="sweep the files a --save run kept instead of running the models")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="with --service: write each transcript there as JSON")
     parser.add_argument("--cluster-scale", type=float, nargs="+", default=[], metavar="HOURS",
                         help="time clustering and turn building alone at these lengths")
     parser.add_argument("--only-long", action="store_true",
@@ -192,15 +387,37 @@ def main(argv: list[str] | None = None) -> None:
     # Warm up once: a worker keeps its models loaded, so first-call set-up is not counted.
     diarizer.diarize(np.zeros(12 * SAMPLE_RATE, np.float32), [Region(0.0, 12.0)])
     print(f"options: {opts.model_dump()}")
-    if not args.only_long:
-        _items(args.eval, diarizer, vad)
-    for seconds in args.long:
-        run_long(diarizer, args.eval, seconds)
+    scored: list | None = [] if args.sweep or args.save else None
+    if args.load:
+        with open(args.load, "rb") as f:
+            scored = pickle.load(f)  # noqa: S301 - a file this bench wrote
+        for name, prepared, ref in scored or []:
+            turns = prepared.turns(diarizer)
+            found = len({t.speaker for t in turns})
+            print(f"{name:40} " + (f"{_der(der_counts(ref, turns, prepared.duration))} speakers"
+                                    f" {found} (truth {len({s for s, _, _ in ref})})"
+                                    if ref else f"speakers {found}"), flush=True)
+    else:
+        if not args.only_long:
+            _items(args.eval, diarizer, vad, scored)
+        for seconds in args.cycled:
+            run_long(diarizer, args.eval, seconds, cycled=True, scored=scored)
+        for seconds in args.long:
+            run_long(diarizer, args.eval, seconds, scored=scored)
+    if args.save:
+        with open(args.save, "wb") as f:
+            pickle.dump(scored, f)
+    for item in args.sweep:
+        field, _, values = item.partition("=")
+        run_sweep(diarizer, scored or [], field, values.split(","))
+    if args.service:
+        run_service(args.eval, args.long, args.keep)
     for hours in args.cluster_scale:
         run_cluster_scale(diarizer, hours)
 
 
-def _items(eval_dir: Path, diarizer: Diarizer, vad: SileroVad) -> None:
+def _items(eval_dir: Path, diarizer: Diarizer, vad: SileroVad,
+           scored: list | None = None) -> None:
     print(f"{'file':42} {'dur':>6} {'DER%':>6} {'miss%':>6} {'fa%':>6} {'conf%':>6}"
           f" {'spk':>3} {'ref':>3}")
     totals = dict.fromkeys(("ref", "miss", "fa", "conf"), 0.0)
@@ -220,8 +437,11 @@ def _items(eval_dir: Path, diarizer: Diarizer, vad: SileroVad) -> None:
             speech = speech_regions(pcm, VadOptions(), vad)
             t1 = time.perf_counter()
             with PcmSamples(pcm) as samples:
-                turns = diarizer.diarize(samples, speech)  # type: ignore[arg-type]
+                prepared = Prepared(diarizer, samples, speech)  # type: ignore[arg-type]
+                turns = prepared.turns(diarizer)
             t2 = time.perf_counter()
+        if scored is not None:
+            scored.append((name, prepared, ref))
         audio_s, vad_s, diar_s = audio_s + duration, vad_s + t1 - t0, diar_s + t2 - t1
         found = len({t.speaker for t in turns})
         right += found == ref_count
