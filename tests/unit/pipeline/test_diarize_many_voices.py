@@ -1,9 +1,9 @@
-"""Many voices in one recording: the speaker count holds when there are twenty people.
+"""Many voices in one recording: the speaker count holds with nineteen people.
 
 The recording is ``evaluation.diarization.build_conversation`` (the bench's ``--long``
 builder) at 420 s: every single-speaker voice of the eval set on stage at once, two
 synthetic conversations and an AMI excerpt between their turns, some turns overlapping;
-20 voices with 4-44 s of speech each. It is read through the service's memory map after
+19 voices with 6-44 s of speech each. It is read through the service's memory map after
 the service's VAD, as the stage reads a job's audio. Diarizing it takes about 40 s of one
 core's time on the development machine (more when it is busy).
 """
@@ -43,10 +43,10 @@ def test_the_conversation_is_deterministic_and_has_many_voices(conversation, tmp
         assert 0 <= start < end <= 420.0
         speech[voice] = speech.get(voice, 0.0) + end - start
     assert len(speech) >= 18, sorted(speech)
-    assert min(speech.values()) >= 3.0, speech
+    assert min(speech.values()) >= 5.0, speech
 
 
-def test_twenty_voices_are_counted_within_two(conversation) -> None:
+def test_nineteen_voices_are_counted_within_two(conversation) -> None:
     pcm, ref = conversation
     truth = len({voice for voice, _, _ in ref})
     speech = speech_regions(pcm, VadOptions(), SileroVad())
