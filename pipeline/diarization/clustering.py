@@ -174,7 +174,10 @@ def _estimate(emb: np.ndarray, seconds: np.ndarray, sample: np.ndarray,
         labels, k = _compact(labels)
 
     # Single-speaker guard: clusters whose centroids are close are one voice, unless the
-    # segmentation heard both in one window (as different local speakers).
+    # segmentation heard both in one window (as different local speakers). That evidence
+    # gives way where the two are as alike as one voice's own parts (``same_similarity``)
+    # and were heard apart in most windows of the smaller one: over a long file the model
+    # hears one voice as two here and there (two recordings of one person, far-field).
     while k > 1:
         cents = l2_centroids(emb, labels, k)
         sim = cents @ cents.T
@@ -183,7 +186,9 @@ def _estimate(emb: np.ndarray, seconds: np.ndarray, sample: np.ndarray,
             shared = _shared(labels, k, groups)
             if tracks is not None:  # parts of one track are not two voices heard at once
                 shared -= _shared(labels, k, groups * (int(tracks.max()) + 1) + tracks)
-            sim[shared > 0] = -np.inf
+            windows = np.diag(_shared(labels, k, groups))
+            rare = 2 * shared < np.minimum(windows[:, None], windows[None, :])
+            sim[(shared > 0) & ~(rare & (sim >= opts.same_similarity))] = -np.inf
         i, j = np.unravel_index(np.argmax(sim), sim.shape)
         if sim[i, j] < opts.split_similarity:
             break

@@ -52,6 +52,10 @@ class DiarizationOptions(BaseModel):
     split_similarity: float = Field(0.65, ge=-1, le=1, description=(
         "Single-speaker guard: clusters whose centroids are more similar than this are "
         "one speaker."))
+    same_similarity: float = Field(0.75, ge=-1, le=1, description=(
+        "Single-speaker guard: clusters whose centroids are more similar than this are one "
+        "speaker even where the segmentation heard both in one window, if in fewer than "
+        "half the windows of the smaller one. 1: never."))
     min_speaker: float = Field(2.0, ge=0, description=(
         "Speech a cluster needs, s, to stand as a speaker of its own; smaller clusters "
         "join their nearest speaker (short interjections rarely embed reliably)."))

@@ -57,3 +57,31 @@ def test_nineteen_voices_are_counted_within_two(conversation) -> None:
     assert abs(found - truth) <= 2, (found, truth)
     c = der_counts(ref, turns, 420.0)
     assert (c["miss"] + c["fa"] + c["conf"]) / c["ref"] < 0.3, c
+
+
+def test_one_voice_heard_as_two_in_a_few_windows_is_one_speaker() -> None:
+    """Over a long file the segmentation hears one voice as two local speakers here and
+    there: two clusters as alike as one voice's parts merge when they were heard apart in
+    most of their windows, and stay two when heard together in most (two people)."""
+    import numpy as np
+
+    from pipeline.diarization.clustering import cluster_embeddings
+
+    rng = np.random.default_rng(4)
+    voice = rng.normal(size=32)
+    x = voice + rng.normal(size=(40, 32)) * 0.3
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    seconds = np.full(40, 1.0)
+    opts = DiarizationOptions()
+    # rows 0-19 and 20-39 kept apart by one shared window (rows 0 and 20) only
+    windows = np.concatenate([np.arange(20), np.arange(20) + 19])
+    windows[20] = 0
+    assert set(cluster_embeddings(x, seconds, opts, windows).tolist()) == {0}
+    # heard together in every window: two speakers, however alike
+    together = np.concatenate([np.arange(20), np.arange(20)])
+    labels = cluster_embeddings(x, seconds, opts, together)
+    assert labels[0] != labels[20] and len(set(labels.tolist())) == 2
+    # and without the guard giving way (1: never), the one shared window keeps them apart
+    labels = cluster_embeddings(x, seconds, opts.model_copy(update={"same_similarity": 1.0}),
+                                windows)
+    assert len(set(labels.tolist())) == 2
