@@ -17,7 +17,9 @@ lost) is dropped too: the acknowledgements stop before the gap, and the gateway 
 the records again from there (``realtime.resend_after_s``). Record 0 opens the session (it
 carries the vocabulary and no audio; the gateway repeats it until answered), a record
 with ``final`` ends it. A session whose gateway went silent is dropped after
-``realtime.worker_orphan_s``.
+``realtime.worker_orphan_s``; one that has its final record is not, while its last finals
+may still be decoding, until ``realtime.finish_timeout_s`` (the gateway's wait) has passed
+(:func:`orphaned`).
 
 **Takeover.** A record for a session this worker does not hold, past record 0, means the
 session lived on another worker: it died, or a rebalance moved its partition. Every record
@@ -57,7 +59,7 @@ from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
 
 from schemas.errors import StreamError
 from schemas.records import RealtimeAudio, RealtimeCheckpoint, RealtimeMessage
-from schemas.settings import Settings
+from schemas.settings import RealtimeSettings, Settings
 from stores.kafka import LIVE_CLIENT
 from stores.metrics import Metrics
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES, TopicSpec
@@ -71,7 +73,7 @@ from .recognizer import Update
 from .trim import TRIM_INTERVAL_S, LogTrim
 from .vocabulary import VocabularyTerm
 
-__all__ = ["RealtimeAgent", "PROGRESS_INTERVAL_S", "engine_options"]
+__all__ = ["RealtimeAgent", "PROGRESS_INTERVAL_S", "engine_options", "orphaned"]
 
 log = logging.getLogger("a5s.realtime")
 
@@ -112,6 +114,16 @@ def engine_options(settings: Settings) -> EngineOptions:
                                       "wide_beam_sessions": None})
 
 
+def orphaned(quiet_s: float, finishing: bool, settings: RealtimeSettings) -> bool:
+    """Whether a session with no audio record for ``quiet_s`` is given up. A ``finishing``
+    one (its final record taken in) waits for no more audio: its backlog of decodes may run
+    past ``worker_orphan_s``, and the gateway waits ``finish_timeout_s`` for its last words."""
+    limit = settings.worker_orphan_s
+    if finishing:
+        limit = max(limit, settings.finish_timeout_s)
+    return quiet_s > limit
+
+
 def sent_at(timestamp_ms: int) -> float:
     """When a record's gateway sent it (its broker timestamp), on this process's monotonic
     clock: the finals' lag then counts the hop through the broker and the wait for this
@@ -130,6 +142,8 @@ class _Live:
     """The last record taken in by the decoder."""
     queued: int = 0
     """The last record put in ``inbox``."""
+    finishing: bool = False
+    """The record with ``final`` is in ``inbox`` (or taken)."""
     inbox: asyncio.Queue[tuple[RealtimeAudio, int, float]] = field(default_factory=asyncio.Queue)
     """Records to feed: (record, its offset, when its gateway sent it on this clock)."""
     last_record: float = field(default_factory=time.monotonic)
@@ -295,6 +309,7 @@ class RealtimeAgent:
         live.last_record = time.monotonic()
         if record.seq == live.queued + 1:  # a lower one is a replay of a record already taken
             live.queued = record.seq
+            live.finishing = record.final
             live.inbox.put_nowait((record, offset, sent_at(timestamp_ms)))
         elif record.seq > live.queued + 1 and live.missing != live.queued + 1:
             # One before it never came (a broker that lost an acknowledged record): taking
@@ -343,6 +358,7 @@ class RealtimeAgent:
             assert record.origin is not None
             live.replay = (record.origin, offset)
             live.queued = record.seq
+            live.finishing = record.final
             live.inbox.put_nowait((record, offset, sent_at(timestamp_ms)))
             log.info("realtime: session %s taken over at record %d by process %d; replaying "
                      "offsets %d-%d of partition %d", sid, record.seq, os.getpid(),
@@ -413,7 +429,8 @@ class RealtimeAgent:
         now = time.monotonic()
         for live in list(self.sessions.values()):
             moved = self._assigned and live.partition not in self._assigned
-            if (moved or now - live.last_record > self.opts.worker_orphan_s) and live.task:
+            quiet = now - live.last_record
+            if (moved or orphaned(quiet, live.finishing, self.opts)) and live.task:
                 log.info("realtime: dropping session %s (%s)", live.id,
                          "partition moved" if moved else "no audio")
                 live.moved = bool(moved)

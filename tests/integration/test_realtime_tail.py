@@ -46,9 +46,12 @@ record size."""
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
-    # A burst of 10 minutes lets a client send a whole item at once; the worker then has
-    # all of it to decode at ``finish``, which it is given time for.
+    # A burst of 10 minutes lets a client send faster than real time; the worker then has
+    # much of it to decode at ``finish``, which it is given time for. A worker gives up a
+    # session without audio after 5 s here: one that has its final record must not be given
+    # up while its last finals decode (a session was, after 90 s of backlog, before).
     env = {"A5S_REALTIME__BURST_MS": "600000", "A5S_REALTIME__FINISH_TIMEOUT_S": "600",
+           "A5S_REALTIME__WORKER_ORPHAN_S": "5",
            "A5S_REALTIME__PROVIDER_START_TIMEOUT_S": "120"}
     s = Stack(tmp_path_factory.mktemp("realtime-tail") / "data", env=env)
     s.data_dir.mkdir(parents=True)
