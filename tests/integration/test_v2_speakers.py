@@ -5,6 +5,7 @@ AssemblyAI-like 400s."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import assemblyai as aai
@@ -28,12 +29,26 @@ def _stage_records(stack: Stack, stage: str) -> float:
                if s.name == "a5s_stage_duration_seconds_count" and s.labels["stage"] == stage)
 
 
+def _await_idle(stack: Stack, timeout_s: float = 120) -> None:
+    """Wait, for a while, until no batch job of an earlier test is queued or running (the
+    session's stack is shared), so that the stage counters move for this test's job alone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        text = httpx.get(stack.url("/metrics")).text
+        busy = sum(s.value for family in text_string_to_metric_families(text)
+                   for s in family.samples if s.name == "a5s_jobs_in_state")
+        if busy == 0:
+            return
+        time.sleep(1)
+
+
 def _letters(transcript: aai.Transcript) -> set[str]:
     return {u.speaker for u in transcript.utterances or []}
 
 
 def test_without_speaker_labels_the_diarize_stage_does_not_run(
         stack: Stack, aai_key: str, aai_transcriber: aai.Transcriber) -> None:
+    _await_idle(stack)
     diarized, transcribed = _stage_records(stack, "diarize"), _stage_records(stack, "transcribe")
     with stack.no_uncaught_errors():
         transcript = aai_transcriber.transcribe(str(ONE_VOICE))
