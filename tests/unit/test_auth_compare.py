@@ -23,8 +23,9 @@ from schemas.settings import DefaultLimits
 from security import signing, tokens
 from stores.accounts import KEY_PREFIX, Accounts, hash_key
 
-CHECKS = [Accounts.authenticate, Accounts._verify, tokens.token_matches, signing.upload_signature_matches,
-          signing.verify]
+# Presigned upload and redacted-audio URLs are both checked by url_signature_matches.
+CHECKS = [Accounts.authenticate, Accounts._verify, tokens.token_matches,
+          signing.url_signature_matches, signing.verify]
 SECRET_NAMES = ("token", "digest", "signature", "key_hash", "expected", "given", "secret")
 
 
