@@ -101,7 +101,7 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         self.principal: Principal | None = None
         self.admitted: Admitted | None = None
         self.tasks: set[asyncio.Task[Any]] = set()
-        self.opened = self.settled = self.final_pending = False
+        self.opened = self.settled = self.final_pending = self.released = False
         self.used_ms = 0
         self.buffer = bytearray()
         self.buffer_since = 0.0
@@ -393,6 +393,9 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         if self.state is not State.finishing:
             return
         assert self.admitted is not None
+        # the place is free before the client hears ``finished``: a client that opens its
+        # next session on that word must not be refused as if this one were still live
+        await self._release()
         self._write(Finished(audio_ms=int(self.session.audio_ms), billed_ms=billed_ms,
                              used_ms=used_ms, quota_ms=self.admitted.quota_ms))
         self.session.close()
@@ -444,15 +447,20 @@ class StreamSocket(ErrorEnvelope, tornado.websocket.WebSocketHandler):
         except Exception as exc:  # the client is gone; operators must see the lost count
             log.error("realtime: usage of session %s not recorded: %r", self.session_id, exc)
         finally:
-            if self.admitted is not None:
-                assert self.principal is not None
-                await self.admission.release(self.principal, self.session_id)
+            await self._release()
             await asyncio.sleep(self.opts.batch_ms / 1000 + 1)  # let the last record go out
             self.hub.detach(self.session_id)
             request_gate(self.ctx).sessions.pop(self, None)
             for task in list(self.tasks):
                 if task is not asyncio.current_task() and not getattr(task, "a5s_keep", False):
                     task.cancel()
+
+    async def _release(self) -> None:
+        """Free the session's live-session place, once."""
+        if self.admitted is not None and not self.released:
+            self.released = True
+            assert self.principal is not None
+            await self.admission.release(self.principal, self.session_id)
 
     def _pumping(self) -> bool:
         return any(t.get_name() == "pump" and not t.done() for t in self.tasks)

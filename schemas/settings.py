@@ -263,6 +263,13 @@ class Settings(BaseSettings):
     """The workers delete the batch topics' records their consumer group committed this
     long ago (``pipeline.log_trim``; the public ``transcripts.completed`` is kept for its
     retention). The embedded broker's CPU grows with what its log holds. 0: off."""
+    completed_keep_records: int = Field(1000, ge=0)
+    """``transcripts.completed`` keeps at most this many records a partition besides its
+    30-day retention (the retention sweep deletes the oldest beyond it, every 5 minutes);
+    0: the retention alone. The embedded broker holds its log in memory and rewrites it to
+    disk every few seconds, about 8 KB a transcript: 1,000 a partition keeps the newest
+    4,000 or so transcripts there, for consumers that read within hours. A deployment on
+    Apache Kafka, which keeps its log on disk, sets 0."""
     replication_factor: int = 1
     app_id: str = "a5s"
     embedded: EmbeddedPorts = EmbeddedPorts()

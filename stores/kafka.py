@@ -16,8 +16,8 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from aiokafka import AIOKafkaProducer, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic, RecordsToDelete
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from aiokafka.errors import KafkaError, KafkaTimeoutError, TopicAlreadyExistsError
 
@@ -27,7 +27,7 @@ from topologies.tables import TABLES
 from topologies.topics import CHANGELOG_CONFIG, TOPICS, TopicSpec
 
 __all__ = ["ensure_topics", "changelog_names", "topic_configs", "Producer", "map_kafka_errors",
-           "topic_name", "pace_empty_fetches", "LIVE_CLIENT"]
+           "topic_name", "pace_empty_fetches", "LIVE_CLIENT", "keep_newest", "surplus"]
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,47 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
             with contextlib.suppress(Exception):
                 await admin.close()
     return []
+
+
+def surplus(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int],
+            keep: int) -> dict[TopicPartition, int]:
+    """Where each partition that holds more than ``keep`` records must start to hold
+    ``keep`` (partitions already within it are left out)."""
+    return {tp: end - keep for tp, end in ends.items() if end - starts.get(tp, 0) > keep}
+
+
+async def keep_newest(settings: Settings, spec: TopicSpec[Any], keep: int) -> int:
+    """Delete all but the newest ``keep`` records of each partition of ``spec``; returns
+    how many were deleted.
+
+    A bound by count beside the topic's ``retention.ms``: the embedded broker holds its
+    whole log in memory and rewrites it to disk every few seconds, so a topic kept for
+    30 days grows it for 30 days (docs/operations.md, "Over days").
+    """
+    name = topic_name(settings, spec)
+    consumer = AIOKafkaConsumer(bootstrap_servers=settings.bootstrap,
+                                request_timeout_ms=10_000)
+    admin = AIOKafkaAdminClient(bootstrap_servers=settings.bootstrap,
+                                request_timeout_ms=10_000)
+    try:
+        async with map_kafka_errors():
+            await consumer.start()
+            await admin.start()
+            await consumer.topics()  # the cluster's metadata, this topic's partitions in it
+            parts = [TopicPartition(name, p) for p in consumer.partitions_for_topic(name) or ()]
+            if not parts:
+                return 0
+            starts = await consumer.beginning_offsets(parts)
+            points = surplus(starts, await consumer.end_offsets(parts), keep)
+            if points:
+                await admin.delete_records({tp: RecordsToDelete(offset)
+                                            for tp, offset in points.items()})
+            return sum(offset - starts[tp] for tp, offset in points.items())
+    finally:
+        with contextlib.suppress(Exception):
+            await consumer.stop()
+        with contextlib.suppress(Exception):
+            await admin.close()
 
 
 class Producer:

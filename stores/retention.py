@@ -14,7 +14,9 @@
 * processing copies (``jobs/<id>/...``) the job no longer needs: everything of a
   deleted transcript, of a finished one except the spec kept for a pending webhook
   (and that too once the webhook schedule is long over) and the redacted audio (kept
-  as long as its transcript), and of ids no transcript has.
+  as long as its transcript), and of ids no transcript has;
+* the oldest records of ``transcripts.completed`` beyond ``completed_keep_records`` a
+  partition (:func:`stores.kafka.keep_newest`).
 
 Every step is idempotent and judged from stored state, so several workers may sweep at
 once, a sweep may stop halfway, and ``now`` may be given (the console's maintenance
@@ -30,13 +32,16 @@ from datetime import UTC, datetime, timedelta
 
 from pydantic import BaseModel
 
+from schemas.errors import A5sError
 from schemas.rows import TranscriptRow, as_utc
 from schemas.settings import Settings
 from topologies.objects import (JOBS_PREFIX, UPLOADS_PREFIX, JobFiles, file_id_of,
                                  transcript_id_of, upload_key)
 from topologies.redis_keys import RETENTION_LOCK, UPLOAD, UPLOAD_CLAIM, WEBHOOK_AUTH
+from topologies.topics import COMPLETED
 
 from .context import Context
+from .kafka import keep_newest
 from .objects import ObjectInfo
 from .transcripts import Transcripts
 
@@ -66,6 +71,8 @@ class SweepReport(BaseModel):
     """Unused uploads removed (object, Redis record or both)."""
     job_objects: int = 0
     """Processing copies and job specs removed."""
+    completed_records: int = 0
+    """Records of ``transcripts.completed`` deleted beyond ``completed_keep_records``."""
 
 
 def webhook_window(settings: Settings) -> timedelta:
@@ -93,7 +100,9 @@ async def sweep(ctx: Context, now: datetime | None = None) -> SweepReport:
         report.purged += 1
     report.uploads = await _sweep_uploads(ctx, transcripts, now)
     report.job_objects = await _sweep_jobs(ctx, transcripts, now)
-    if report.transcripts or report.uploads or report.job_objects or report.purged:
+    report.completed_records = await _cap_completed(ctx.settings)
+    if report.transcripts or report.uploads or report.job_objects or report.purged or \
+            report.completed_records:
         log.info("retention sweep: %s", report.model_dump(exclude={"now"}))
     return report
 
@@ -104,6 +113,18 @@ async def sweep_once(ctx: Context, lock_s: float = SWEEP_INTERVAL_S) -> SweepRep
                                     only_new=True):
         return None
     return await sweep(ctx)
+
+
+async def _cap_completed(settings: Settings) -> int:
+    """The public topic's oldest records beyond its count bound; a broker away leaves it
+    to the next sweep (the topic's retention bounds it meanwhile)."""
+    if settings.completed_keep_records <= 0:
+        return 0
+    try:
+        return await keep_newest(settings, COMPLETED, settings.completed_keep_records)
+    except A5sError as exc:
+        log.warning("retention: transcripts.completed not trimmed: %r", exc)
+        return 0
 
 
 async def forget(ctx: Context, transcripts: Transcripts, rows: list[TranscriptRow]) -> None:

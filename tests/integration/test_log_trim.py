@@ -17,6 +17,8 @@ from aiokafka import AIOKafkaConsumer, TopicPartition
 from aiokafka.admin import AIOKafkaAdminClient
 
 from ops.stack import Stack, free_port
+from schemas.settings import Settings
+from stores.kafka import keep_newest
 from topologies.graph import node
 from topologies.topics import COMPLETED
 
@@ -88,3 +90,24 @@ def test_what_the_workers_committed_is_deleted_and_the_service_goes_on(trimming:
     _fail_jobs(trimming, key, 2)
     trimming.restart_service()
     _fail_jobs(trimming, key, 2)
+
+
+def test_the_public_topic_keeps_its_newest_records_up_to_the_bound(trimming: Stack) -> None:
+    """``transcripts.completed`` is not trimmed behind commits, but the retention sweep keeps
+    at most ``completed_keep_records`` a partition of it (the embedded broker holds its log
+    in memory): the oldest go, the newest stay, and a second pass deletes nothing."""
+    _, key = trimming.new_account()
+    _fail_jobs(trimming, key, 8)
+    settings = Settings(kafka_bootstrap=f"127.0.0.1:{trimming.env['A5S_EMBEDDED__KAFKA']}")
+    completed = "a5s." + COMPLETED.name
+    starts, ends, _ = asyncio.run(_offsets(trimming))
+    held = {tp: ends[tp] - starts[tp] for tp in ends if tp.topic == completed}
+    assert sum(held.values()) >= 8 and max(held.values()) >= 2, held
+
+    deleted = asyncio.run(keep_newest(settings, COMPLETED, 1))
+    assert deleted == sum(n - 1 for n in held.values() if n > 1), (deleted, held)
+    after, ends_after, _ = asyncio.run(_offsets(trimming))
+    for tp, n in held.items():
+        assert ends_after[tp] == ends[tp], tp  # nothing new was written, nothing lost at the end
+        assert ends_after[tp] - after[tp] == min(n, 1), (tp, after[tp], ends_after[tp])
+    assert asyncio.run(keep_newest(settings, COMPLETED, 1)) == 0

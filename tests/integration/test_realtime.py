@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import io
 import json
+import socket
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -399,6 +400,74 @@ def test_five_live_sessions_per_account(rt: Stack) -> None:
             for ws in sockets:
                 await ws.close()
     run(go())
+
+
+class SilentCloser:
+    """A client that never answers the server's close (websockets' sans-I/O protocol on a
+    blocking socket): the server sees the socket closed only at its close timeout."""
+
+    def __init__(self, url: str, key: str) -> None:
+        from websockets.client import ClientProtocol
+        from websockets.uri import parse_uri
+        uri = parse_uri(url)
+        self.proto = ClientProtocol(uri, max_size=None)
+        request = self.proto.connect()
+        request.headers["Authorization"] = f"Bearer {key}"
+        self.proto.send_request(request)
+        self.sock = socket.create_connection((uri.host, uri.port), timeout=30)
+        self._flush()
+        while self.proto.handshake_exc is None and self.proto.state.name == "CONNECTING":
+            self.proto.receive_data(self.sock.recv(65536))
+        assert self.proto.state.name == "OPEN", self.proto.handshake_exc
+
+    def _flush(self) -> None:
+        self.sock.sendall(b"".join(self.proto.data_to_send()))
+
+    def send(self, message: dict[str, Any]) -> None:
+        self.proto.send_text(json.dumps(message).encode())
+        self._flush()
+
+    def until(self, kind: str) -> dict[str, Any]:
+        """Read up to the first message of ``kind`` (a close frame is read, not answered)."""
+        from websockets.frames import Frame, Opcode
+        while True:
+            for event in self.proto.events_received():
+                if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
+                    msg = json.loads(event.data)
+                    assert msg["type"] != "error", msg
+                    if msg["type"] == kind:
+                        return msg
+            data = self.sock.recv(65536)
+            assert data, f"closed before {kind!r}"
+            self.proto.receive_data(data)
+
+
+def test_a_finished_session_frees_its_place_before_finished(rt: Stack) -> None:
+    """A client that starts its next session on ``finished`` is not refused: the place of the
+    one that finished is free before that message is sent, not only once the close
+    handshake is over (a client slow to answer the close held it up to 5 s)."""
+    _, key = rt.new_account()
+    slow: list[SilentCloser] = []
+
+    async def go() -> None:
+        sockets = [await connect(rt, key).__aenter__() for _ in range(4)]
+        try:
+            await asyncio.gather(*(ready(ws) for ws in sockets))
+            slow.append(await asyncio.to_thread(SilentCloser, rt.ws_url, key))
+            await asyncio.to_thread(slow[0].send, {"type": "start"})
+            await asyncio.to_thread(slow[0].until, "ready")
+            await asyncio.to_thread(slow[0].send, {"type": "finish"})
+            await asyncio.to_thread(slow[0].until, "finished")  # its close is never answered
+            async with connect(rt, key) as sixth:
+                await ready(sixth)  # quota_unavailable here fails the test
+        finally:
+            for ws in sockets:
+                await ws.close()
+    try:
+        run(go())
+    finally:
+        for client in slow:
+            client.sock.close()
 
 
 def test_session_limit_then_final_and_finished(rt: Stack) -> None:

@@ -85,30 +85,12 @@ def test_tail_lost_is_the_trailing_deletions() -> None:
 
 
 async def stream(stack: Stack, key: str, pcm: bytes) -> list[dict[str, Any]]:
-    """One session: the whole clip at once, ``finish``, every message up to the close.
-
-    A session's place is freed just after its close, so the next session of a full account
-    can be refused ("at most N ... live at once") for a moment: that one is asked again."""
-    for _ in range(60):
-        try:
-            return await _stream_once(stack, key, pcm)
-        except _PlaceTaken:
-            await asyncio.sleep(0.5)
-    raise AssertionError("no live-session place came free in 30 s")
-
-
-class _PlaceTaken(Exception):
-    """The account's live-session places were all taken when the session started."""
-
-
-async def _stream_once(stack: Stack, key: str, pcm: bytes) -> list[dict[str, Any]]:
+    """One session: the whole clip at once, ``finish``, every message up to the close."""
     messages: list[dict[str, Any]] = []
     async with websockets.connect(stack.ws_url, max_size=None,
                                   additional_headers={"Authorization": f"Bearer {key}"}) as ws:
         await ws.send(json.dumps({"type": "start"}))
         while (message := json.loads(await ws.recv()))["type"] != "ready":
-            if message["type"] == "error" and "live at once" in message.get("message", ""):
-                raise _PlaceTaken
             assert message["type"] != "error", (message, stack.log_tail(60))
         t0 = time.perf_counter()
         for i in range(0, len(pcm), MAX_FRAME):
