@@ -112,6 +112,9 @@ class Session:
     text: str = ""
     finished: dict[str, Any] = field(default_factory=dict)
     error: str = ""
+    unsure_turns: int = 0
+    """``/v3/ws`` only: ended turns whose ``end_of_turn_confidence`` was under the
+    threshold, which wait ``max_turn_silence`` (1,280 ms) instead of ``min_turn_silence``."""
 
 
 async def run_session(url: str, key: str, res: Session, delay: float) -> None:
@@ -453,6 +456,9 @@ def main(argv: list[str] | None = None) -> None:
                         "brings sessions in while others run, as a worker's admission sees them)")
     parser.add_argument("--v3", action="store_true",
                         help="stream each programme over /v3/ws too, at the same time")
+    parser.add_argument("--v3-query", default="",
+                        help="more /v3/ws parameters, e.g. end_of_turn_confidence_threshold=0 "
+                             "(every turn ends after min_turn_silence)")
     parser.add_argument("--parallel", type=int, default=5,
                         help="--coverage: items streamed at once (five per account)")
     args = parser.parse_args(argv)
@@ -510,7 +516,8 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
             await asyncio.gather(*(run_session(url, keys[k % len(keys)], r, args.stagger * k)
                                    for k, r in enumerate(results)),
                                  *(run_v3_session(url, keys[(n + k) % len(keys)], r,
-                                                  args.stagger * k + args.stagger / 2)
+                                                  args.stagger * k + args.stagger / 2,
+                                                  args.v3_query)
                                    for k, r in enumerate(v3)))
             if sampler is not None:
                 sampler.cancel()
@@ -572,7 +579,9 @@ def _run(args: argparse.Namespace, stack: Stack | None, url: str, key: str) -> i
                   f"WER {t3['wer'] * 100:.2f}%, end-of-turn latency: median "
                   f"{t3['final_median']:.3f} s, p95 {t3['final_p95']:.3f} s, max "
                   f"{t3['final_max']:.2f} s over {t3['finals']} ended turns (a5s final latency "
-                  f"median {s['final_median']:.3f} s, p95 {s['final_p95']:.3f} s)")
+                  f"median {s['final_median']:.3f} s, p95 {s['final_p95']:.3f} s); "
+                  f"{sum(r.unsure_turns for r in v3)} ended turns waited max_turn_silence "
+                  "(confidence under the threshold)")
             for r in v3:
                 if r.error:
                     print("  v3 session error:", r.error)
