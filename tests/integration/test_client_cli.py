@@ -210,10 +210,10 @@ def test_cli_finds_the_service_from_the_settings_a5s_up_was_given(stack: Stack, 
     assert json.loads(shown.stdout)["account"]["id"] == account
 
     for env in (given, only_dir):
-        out = _as_up_was_given(env, "sql", "--json",
-                               f"SELECT count() AS n FROM {{db}}.transcripts WHERE id = '{done.id}'")
+        out = _as_up_was_given(env, "sql", "--json", "SELECT uniqExact(id) AS n FROM "
+                               f"{{db}}.transcripts WHERE id = '{done.id}'")
         assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout) == {"n": 1}
+        assert json.loads(out.stdout) == {"n": 1}  # row versions merge later: distinct ids
 
 
 def test_cli_refuses_conflicting_formats(stack: Stack, key: str, tmp_path) -> None:
