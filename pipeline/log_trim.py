@@ -22,9 +22,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from aiokafka import TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.settings import Settings
+from stores.kafka import delete_before
 from topologies.topics import TopicSpec
 
 from .faust_transport import settled
@@ -70,9 +71,7 @@ class BatchLogTrim:
             self.trim.observe(now, consumed(committed, self.topics,
                                             set(self.app.consumer.assignment())))
             points = self.trim.points(now, {})
-            if points:
-                await admin.delete_records({tp: RecordsToDelete(offset)
-                                            for tp, offset in points.items()})
+            await delete_before(admin, points)
             return points
         except Exception as exc:  # retention bounds the log meanwhile; the next pass retries
             log.info("trimming the batch topics failed: %r", exc)

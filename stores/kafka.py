@@ -27,7 +27,7 @@ from topologies.tables import TABLES
 from topologies.topics import CHANGELOG_CONFIG, TOPICS, TopicSpec
 
 __all__ = ["ensure_topics", "changelog_names", "topic_configs", "Producer", "map_kafka_errors",
-           "topic_name", "pace_empty_fetches", "LIVE_CLIENT", "keep_newest", "surplus"]
+           "topic_name", "pace_empty_fetches", "LIVE_CLIENT", "keep_newest", "surplus", "delete_before"]
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +123,12 @@ async def ensure_topics(settings: Settings, attempts: int = 30) -> list[str]:
     return []
 
 
+async def delete_before(admin: AIOKafkaAdminClient, points: dict[TopicPartition, int]) -> None:
+    """Delete each partition's records before its offset in ``points`` (none: no request)."""
+    if points:
+        await admin.delete_records({tp: RecordsToDelete(offset) for tp, offset in points.items()})
+
+
 def surplus(starts: dict[TopicPartition, int], ends: dict[TopicPartition, int],
             keep: int) -> dict[TopicPartition, int]:
     """Where each partition that holds more than ``keep`` records must start to hold
@@ -153,9 +159,7 @@ async def keep_newest(settings: Settings, spec: TopicSpec[Any], keep: int) -> in
                 return 0
             starts = await consumer.beginning_offsets(parts)
             points = surplus(starts, await consumer.end_offsets(parts), keep)
-            if points:
-                await admin.delete_records({tp: RecordsToDelete(offset)
-                                            for tp, offset in points.items()})
+            await delete_before(admin, points)
             return sum(offset - starts[tp] for tp, offset in points.items())
     finally:
         with contextlib.suppress(Exception):

@@ -55,12 +55,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
-from aiokafka.admin import AIOKafkaAdminClient, RecordsToDelete
+from aiokafka.admin import AIOKafkaAdminClient
 
 from schemas.errors import StreamError
 from schemas.records import RealtimeAudio, RealtimeCheckpoint, RealtimeMessage
 from schemas.settings import RealtimeSettings, Settings
-from stores.kafka import LIVE_CLIENT
+from stores.kafka import LIVE_CLIENT, delete_before
 from stores.metrics import Metrics
 from topologies.topics import REALTIME_AUDIO, REALTIME_MESSAGES, TopicSpec
 
@@ -420,10 +420,7 @@ class RealtimeAgent:
         floors = self.trim.floors(audio, [(live.partition, live.origin)
                                           for live in self.sessions.values()], now)
         self.trim.observe(now, ends)
-        points = self.trim.points(now, floors)
-        if points:
-            await admin.delete_records({tp: RecordsToDelete(offset)
-                                        for tp, offset in points.items()})
+        await delete_before(admin, self.trim.points(now, floors))
 
     def _reap(self) -> None:
         now = time.monotonic()
